@@ -1,0 +1,712 @@
+//! Defaulting: the fields the Kubernetes apiserver fills in on create and update, applied in place.
+//!
+//! Covers `pkg/apis/core/v1/defaults.go`, `pkg/apis/apps/v1/defaults.go`, the discovery defaults,
+//! and what the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins and the
+//! pod/namespace/service registry strategies add. A value the user set is never replaced; like
+//! Go, an empty string counts as unset.
+
+use serde_json::{json, Map, Value};
+
+use crate::validation::parse_quantity;
+
+/// Apply Kubernetes defaulting in place (what the real apiserver adds on create and update).
+/// Never removes user values.
+pub fn apply_defaults(kind: &str, obj: &mut Value) {
+    match kind {
+        "Pod" => default_pod(obj),
+        "Deployment" => default_deployment(obj),
+        "ReplicaSet" => {
+            if let Some(spec) = child(obj, "spec") {
+                default_value(spec, "replicas", json!(1));
+                default_template(spec);
+            }
+        }
+        "Service" => default_service(obj),
+        "Namespace" => default_namespace(obj),
+        "Secret" => {
+            if let Some(m) = obj.as_object_mut() {
+                default_str(m, "type", "Opaque");
+            }
+        }
+        "Endpoints" => {
+            for subset in items(obj, "subsets") {
+                for port in items(subset, "ports") {
+                    with_map(port, |m| default_str(m, "protocol", "TCP"));
+                }
+            }
+        }
+        "EndpointSlice" => {
+            for port in items(obj, "ports") {
+                with_map(port, |m| {
+                    default_str(m, "protocol", "TCP");
+                    default_value(m, "name", json!(""));
+                });
+            }
+        }
+        "Node" => {
+            if let Some(status) = child(obj, "status") {
+                if is_unset(status.get("allocatable")) {
+                    if let Some(cap) = status.get("capacity").filter(|c| !c.is_null()).cloned() {
+                        status.insert("allocatable".to_string(), cap);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON helpers
+// ---------------------------------------------------------------------------------------------
+
+fn is_unset(v: Option<&Value>) -> bool {
+    matches!(v, None | Some(Value::Null))
+}
+
+/// The object at `key`, created when missing or null; `None` when `v` is not an object or the
+/// field holds something else.
+fn child<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+    let m = v.as_object_mut()?;
+    child_of(m, key)
+}
+
+fn child_of<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+    let slot = m.entry(key.to_string()).or_insert(Value::Null);
+    if slot.is_null() {
+        *slot = Value::Object(Map::new());
+    }
+    slot.as_object_mut()
+}
+
+/// The elements of the array at `key` (nothing when absent or not an array).
+fn items<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten()
+}
+
+fn with_map(v: &mut Value, f: impl FnOnce(&mut Map<String, Value>)) {
+    if let Some(m) = v.as_object_mut() {
+        f(m);
+    }
+}
+
+fn default_value(m: &mut Map<String, Value>, key: &str, value: Value) {
+    if is_unset(m.get(key)) {
+        m.insert(key.to_string(), value);
+    }
+}
+
+/// Go string fields: unset when missing, null or empty.
+fn default_str(m: &mut Map<String, Value>, key: &str, value: &str) {
+    if m.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
+        m.insert(key.to_string(), json!(value));
+    }
+}
+
+/// Go non-pointer integer fields: unset when missing, null or zero.
+fn default_nonzero(m: &mut Map<String, Value>, key: &str, value: i64) {
+    if m.get(key).and_then(Value::as_i64).is_none_or(|n| n == 0) {
+        m.insert(key.to_string(), json!(value));
+    }
+}
+
+fn get_str<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
+    m.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pods and pod templates
+// ---------------------------------------------------------------------------------------------
+
+fn default_pod(pod: &mut Value) {
+    let Some(spec) = child(pod, "spec") else { return };
+    default_pod_spec(spec);
+
+    // SetDefaults_Pod (not applied to templates).
+    default_value(spec, "enableServiceLinks", json!(true));
+    for key in ["containers", "initContainers"] {
+        for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
+            with_map(c, default_requests_from_limits);
+        }
+    }
+    if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
+        for key in ["containers", "initContainers"] {
+            for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
+                for port in items(c, "ports") {
+                    with_map(port, |p| {
+                        if p.get("hostPort").and_then(Value::as_i64).is_none_or(|n| n == 0) {
+                            if let Some(cp) = p.get("containerPort").cloned() {
+                                p.insert("hostPort".to_string(), cp);
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    // ServiceAccount admission (and the deprecated serviceAccount alias the v1 API mirrors).
+    let sa = match (get_str(spec, "serviceAccountName"), get_str(spec, "serviceAccount")) {
+        ("", "") => "default".to_string(),
+        ("", legacy) => legacy.to_string(),
+        (name, _) => name.to_string(),
+    };
+    default_str(spec, "serviceAccountName", &sa);
+    default_str(spec, "serviceAccount", &sa);
+
+    // Priority admission with no default PriorityClass.
+    default_value(spec, "priority", json!(0));
+    default_str(spec, "preemptionPolicy", "PreemptLowerPriority");
+
+    default_toleration_seconds(spec);
+
+    let qos = qos_class(spec);
+    let Some(m) = pod.as_object_mut() else { return };
+    let Some(status) = child_of(m, "status") else { return };
+    default_str(status, "phase", "Pending");
+    default_str(status, "qosClass", qos);
+}
+
+fn default_template(spec: &mut Map<String, Value>) {
+    if let Some(template) = child_of(spec, "template") {
+        if let Some(pod_spec) = child_of(template, "spec") {
+            default_pod_spec(pod_spec);
+        }
+    }
+}
+
+/// SetDefaults_PodSpec plus the container, probe, env and volume defaults under it.
+fn default_pod_spec(spec: &mut Map<String, Value>) {
+    default_str(spec, "dnsPolicy", "ClusterFirst");
+    default_str(spec, "restartPolicy", "Always");
+    default_value(spec, "securityContext", json!({}));
+    default_value(spec, "terminationGracePeriodSeconds", json!(30));
+    default_str(spec, "schedulerName", "default-scheduler");
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
+        for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
+            with_map(c, default_container);
+        }
+    }
+    for vol in spec.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
+        with_map(vol, default_volume);
+    }
+}
+
+fn default_container(c: &mut Map<String, Value>) {
+    if get_str(c, "imagePullPolicy").is_empty() {
+        let policy = if image_tag(get_str(c, "image")).as_deref() == Some("latest") { "Always" } else { "IfNotPresent" };
+        c.insert("imagePullPolicy".to_string(), json!(policy));
+    }
+    default_str(c, "terminationMessagePath", "/dev/termination-log");
+    default_str(c, "terminationMessagePolicy", "File");
+    default_value(c, "resources", json!({}));
+    for port in c.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+        with_map(port, |p| default_str(p, "protocol", "TCP"));
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = c.get_mut(probe).and_then(Value::as_object_mut) {
+            default_nonzero(p, "timeoutSeconds", 1);
+            default_nonzero(p, "periodSeconds", 10);
+            default_nonzero(p, "successThreshold", 1);
+            default_nonzero(p, "failureThreshold", 3);
+            default_http_get(p);
+        }
+    }
+    if let Some(lifecycle) = c.get_mut("lifecycle").and_then(Value::as_object_mut) {
+        for hook in ["postStart", "preStop"] {
+            if let Some(h) = lifecycle.get_mut(hook).and_then(Value::as_object_mut) {
+                default_http_get(h);
+            }
+        }
+    }
+    for env in c.get_mut("env").and_then(Value::as_array_mut).into_iter().flatten() {
+        let field_ref = env.get_mut("valueFrom").and_then(|v| v.get_mut("fieldRef")).and_then(Value::as_object_mut);
+        if let Some(f) = field_ref {
+            default_str(f, "apiVersion", "v1");
+        }
+    }
+}
+
+fn default_http_get(handler: &mut Map<String, Value>) {
+    if let Some(h) = handler.get_mut("httpGet").and_then(Value::as_object_mut) {
+        default_str(h, "path", "/");
+        default_str(h, "scheme", "HTTP");
+    }
+}
+
+/// The tag `ParseImageName` finds: `latest` when neither tag nor digest is given, `None` with a digest.
+fn image_tag(image: &str) -> Option<String> {
+    if image.is_empty() {
+        return None;
+    }
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last_segment = name.rsplit('/').next().unwrap_or(name);
+    match last_segment.split_once(':') {
+        Some((_, tag)) => Some(tag.to_string()),
+        None if digest.is_some() => None,
+        None => Some("latest".to_string()),
+    }
+}
+
+const VOLUME_SOURCES: [&str; 30] = [
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
+];
+
+fn default_volume(vol: &mut Map<String, Value>) {
+    if VOLUME_SOURCES.iter().all(|s| is_unset(vol.get(*s))) {
+        vol.insert("emptyDir".to_string(), json!({}));
+    }
+    for src in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(s) = vol.get_mut(src).and_then(Value::as_object_mut) {
+            default_value(s, "defaultMode", json!(420));
+        }
+    }
+    if let Some(h) = vol.get_mut("hostPath").and_then(Value::as_object_mut) {
+        default_value(h, "type", json!(""));
+    }
+    if let Some(d) = vol.get_mut("downwardAPI") {
+        default_field_refs(d);
+    }
+    for source in items_of(vol.get_mut("projected"), "sources") {
+        if let Some(t) = source.get_mut("serviceAccountToken").and_then(Value::as_object_mut) {
+            default_value(t, "expirationSeconds", json!(3600));
+        }
+        if let Some(d) = source.get_mut("downwardAPI") {
+            default_field_refs(d);
+        }
+    }
+}
+
+fn items_of<'a>(v: Option<&'a mut Value>, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.and_then(|v| v.get_mut(key)).and_then(Value::as_array_mut).into_iter().flatten()
+}
+
+fn default_field_refs(downward: &mut Value) {
+    for item in items(downward, "items") {
+        if let Some(f) = item.get_mut("fieldRef").and_then(Value::as_object_mut) {
+            default_str(f, "apiVersion", "v1");
+        }
+    }
+}
+
+/// If limits are set but requests are not, requests default to limits (per resource).
+fn default_requests_from_limits(c: &mut Map<String, Value>) {
+    let Some(res) = c.get_mut("resources").and_then(Value::as_object_mut) else { return };
+    let Some(limits) = res.get("limits").and_then(Value::as_object).cloned() else { return };
+    let Some(requests) = child_of(res, "requests") else { return };
+    for (name, q) in limits {
+        requests.entry(name).or_insert(q);
+    }
+}
+
+/// DefaultTolerationSeconds admission: tolerate not-ready and unreachable nodes for 300s.
+fn default_toleration_seconds(spec: &mut Map<String, Value>) {
+    let slot = spec.entry("tolerations".to_string()).or_insert(Value::Null);
+    if slot.is_null() {
+        *slot = json!([]);
+    }
+    let Some(tolerations) = slot.as_array_mut() else { return };
+    for taint in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        let tolerated = tolerations.iter().any(|t| {
+            let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (key == taint || key.is_empty()) && (effect == "NoExecute" || effect.is_empty())
+        });
+        if !tolerated {
+            tolerations.push(json!({
+                "key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300
+            }));
+        }
+    }
+}
+
+/// `ComputePodQOS`: Guaranteed, Burstable or BestEffort from the containers' cpu/memory.
+fn qos_class(spec: &Map<String, Value>) -> &'static str {
+    let mut requests: Vec<(&str, i128)> = Vec::new();
+    let mut limits: Vec<(&str, i128)> = Vec::new();
+    fn add<'a>(acc: &mut Vec<(&'a str, i128)>, name: &'a str, q: i128) {
+        match acc.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, total)) => *total = total.saturating_add(q),
+            None => acc.push((name, q)),
+        }
+    }
+    let positive = |v: &Value| -> Option<i128> {
+        let q = match v {
+            Value::String(s) => parse_quantity(s),
+            Value::Number(n) => parse_quantity(&n.to_string()),
+            _ => None,
+        }?;
+        (q > 0).then_some(q)
+    };
+    let mut guaranteed = true;
+    let containers = ["containers", "initContainers"]
+        .into_iter()
+        .flat_map(|k| spec.get(k).and_then(Value::as_array).into_iter().flatten());
+    for c in containers {
+        let res = c.get("resources");
+        let list = |k: &str| res.and_then(|r| r.get(k)).and_then(Value::as_object);
+        for (name, q) in list("requests").into_iter().flatten() {
+            if let (true, Some(q)) = (name == "cpu" || name == "memory", positive(q)) {
+                add(&mut requests, name, q);
+            }
+        }
+        let mut found = (false, false);
+        for (name, q) in list("limits").into_iter().flatten() {
+            if let (true, Some(q)) = (name == "cpu" || name == "memory", positive(q)) {
+                add(&mut limits, name, q);
+                if name == "cpu" {
+                    found.0 = true;
+                } else {
+                    found.1 = true;
+                }
+            }
+        }
+        if found != (true, true) {
+            guaranteed = false;
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        return "BestEffort";
+    }
+    if guaranteed {
+        guaranteed = requests.iter().all(|(n, r)| limits.iter().any(|(ln, l)| ln == n && l == r));
+    }
+    if guaranteed && requests.len() == limits.len() {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deployments, Services, Namespaces
+// ---------------------------------------------------------------------------------------------
+
+fn default_deployment(obj: &mut Value) {
+    let Some(spec) = child(obj, "spec") else { return };
+    default_value(spec, "replicas", json!(1));
+    if let Some(strategy) = child_of(spec, "strategy") {
+        default_str(strategy, "type", "RollingUpdate");
+        if get_str(strategy, "type") == "RollingUpdate" {
+            if let Some(ru) = child_of(strategy, "rollingUpdate") {
+                default_value(ru, "maxUnavailable", json!("25%"));
+                default_value(ru, "maxSurge", json!("25%"));
+            }
+        }
+    }
+    default_value(spec, "revisionHistoryLimit", json!(10));
+    default_value(spec, "progressDeadlineSeconds", json!(600));
+    default_template(spec);
+}
+
+fn default_service(obj: &mut Value) {
+    let Some(spec) = child(obj, "spec") else { return };
+    default_str(spec, "sessionAffinity", "None");
+    if get_str(spec, "sessionAffinity") == "ClientIP" {
+        let timeout = spec
+            .get("sessionAffinityConfig")
+            .and_then(|c| c.get("clientIP"))
+            .and_then(|c| c.get("timeoutSeconds"));
+        if is_unset(timeout) {
+            if let Some(cip) = child_of(spec, "sessionAffinityConfig").and_then(|c| child_of(c, "clientIP")) {
+                cip.insert("timeoutSeconds".to_string(), json!(10800));
+            }
+        }
+    }
+    default_str(spec, "type", "ClusterIP");
+    for port in spec.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+        with_map(port, |p| {
+            default_str(p, "protocol", "TCP");
+            let unset = match p.get("targetPort") {
+                None | Some(Value::Null) => true,
+                Some(Value::Number(n)) => n.as_i64() == Some(0),
+                Some(Value::String(s)) => s.is_empty(),
+                Some(_) => false,
+            };
+            if unset {
+                if let Some(port) = p.get("port").cloned() {
+                    p.insert("targetPort".to_string(), port);
+                }
+            }
+        });
+    }
+    let ty = get_str(spec, "type").to_string();
+    let has_external_ips = spec.get("externalIPs").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    if ty == "NodePort" || ty == "LoadBalancer" || (ty == "ClusterIP" && has_external_ips) {
+        default_str(spec, "externalTrafficPolicy", "Cluster");
+    }
+    if ty != "ExternalName" {
+        default_value(spec, "internalTrafficPolicy", json!("Cluster"));
+        default_ip_families(spec);
+    }
+    if ty == "LoadBalancer" {
+        default_value(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+}
+
+/// What the service REST layer settles on a single-stack IPv4 cluster.
+fn default_ip_families(spec: &mut Map<String, Value>) {
+    let cluster_ip = get_str(spec, "clusterIP");
+    let headless = cluster_ip == "None";
+    let selectorless = spec.get("selector").and_then(Value::as_object).is_none_or(Map::is_empty);
+    if headless && selectorless {
+        default_value(spec, "ipFamilyPolicy", json!("RequireDualStack"));
+        default_value(spec, "ipFamilies", json!(["IPv4", "IPv6"]));
+        return;
+    }
+    let family = if cluster_ip.contains(':') { "IPv6" } else { "IPv4" };
+    default_value(spec, "ipFamilyPolicy", json!("SingleStack"));
+    default_value(spec, "ipFamilies", json!([family]));
+}
+
+fn default_namespace(obj: &mut Value) {
+    let Some(m) = obj.as_object_mut() else { return };
+    let deleting = m.get("metadata").and_then(|md| md.get("deletionTimestamp")).is_some_and(|d| !d.is_null());
+    if let Some(meta) = child_of(m, "metadata") {
+        let name = get_str(meta, "name").to_string();
+        if !name.is_empty() {
+            if let Some(labels) = child_of(meta, "labels") {
+                labels.insert("kubernetes.io/metadata.name".to_string(), json!(name));
+            }
+        }
+    }
+    // The finalizer goes on while the namespace lives; once deleting, only /finalize changes it.
+    if !deleting {
+        if let Some(spec) = child_of(m, "spec") {
+            default_value(spec, "finalizers", json!(["kubernetes"]));
+        }
+    }
+    if let Some(status) = child_of(m, "status") {
+        default_str(status, "phase", "Active");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaulted(kind: &str, mut v: Value) -> Value {
+        apply_defaults(kind, &mut v);
+        v
+    }
+
+    #[test]
+    fn pod_gets_spec_container_and_status_defaults() {
+        let p = defaulted("Pod", json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
+             "livenessProbe": {"httpGet": {"port": 80}},
+             "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}
+        ]}}));
+        let spec = &p["spec"];
+        assert_eq!(spec["restartPolicy"], "Always");
+        assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+        assert_eq!(spec["schedulerName"], "default-scheduler");
+        assert_eq!(spec["terminationGracePeriodSeconds"], 30);
+        assert_eq!(spec["securityContext"], json!({}));
+        assert_eq!(spec["enableServiceLinks"], true);
+        assert_eq!(spec["serviceAccountName"], "default");
+        assert_eq!(spec["serviceAccount"], "default");
+        assert_eq!(spec["priority"], 0);
+        let c = &spec["containers"][0];
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
+        assert_eq!(c["terminationMessagePolicy"], "File");
+        assert_eq!(c["resources"], json!({}));
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"},
+                   "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+        );
+        assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+    }
+
+    #[test]
+    fn user_values_are_kept() {
+        let p = defaulted("Pod", json!({"spec": {"restartPolicy": "Never", "serviceAccountName": "builder",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "a", "image": "x:1", "imagePullPolicy": "Never"}]},
+            "status": {"phase": "Running"}}));
+        assert_eq!(p["spec"]["restartPolicy"], "Never");
+        assert_eq!(p["spec"]["serviceAccountName"], "builder");
+        assert_eq!(p["spec"]["serviceAccount"], "builder");
+        assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 0);
+        assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Never");
+        assert_eq!(p["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn image_pull_policy_depends_on_the_tag() {
+        for (image, policy) in [
+            ("nginx", "Always"),
+            ("nginx:latest", "Always"),
+            ("nginx:1.27", "IfNotPresent"),
+            ("registry:5000/nginx", "Always"),
+            ("registry:5000/nginx:1", "IfNotPresent"),
+            ("nginx@sha256:abc", "IfNotPresent"),
+        ] {
+            let p = defaulted("Pod", json!({"spec": {"containers": [{"name": "a", "image": image}]}}));
+            assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], policy, "{image}");
+        }
+    }
+
+    #[test]
+    fn pods_tolerate_not_ready_and_unreachable_for_five_minutes() {
+        let p = defaulted("Pod", json!({"spec": {"containers": [], "tolerations": [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}
+        ]}}));
+        assert_eq!(
+            p["spec"]["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ])
+        );
+        let all = defaulted("Pod", json!({"spec": {"tolerations": [{"operator": "Exists"}]}}));
+        assert_eq!(all["spec"]["tolerations"], json!([{"operator": "Exists"}]));
+    }
+
+    #[test]
+    fn qos_class_follows_requests_and_limits() {
+        let qos = |res: Value| {
+            let p = defaulted("Pod", json!({"spec": {"containers": [{"name": "a", "image": "x", "resources": res}]}}));
+            p["status"]["qosClass"].clone()
+        };
+        assert_eq!(qos(json!({})), "BestEffort");
+        assert_eq!(qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}})), "Guaranteed");
+        assert_eq!(qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m"}})), "Guaranteed");
+        assert_eq!(qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}})), "Burstable");
+        assert_eq!(qos(json!({"requests": {"memory": "64Mi"}})), "Burstable");
+        assert_eq!(qos(json!({"limits": {"cpu": "1"}})), "Burstable");
+    }
+
+    #[test]
+    fn requests_default_to_limits_only_on_pods() {
+        let p = defaulted("Pod", json!({"spec": {"containers": [{"name": "a", "image": "x",
+            "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Mi"}}}]}}));
+        assert_eq!(p["spec"]["containers"][0]["resources"]["requests"], json!({"cpu": "1", "memory": "1Mi"}));
+        let rs = defaulted("ReplicaSet", json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}}}}));
+        assert!(rs["spec"]["template"]["spec"]["containers"][0]["resources"].get("requests").is_none());
+    }
+
+    #[test]
+    fn volumes_get_modes_and_an_empty_dir_when_sourceless() {
+        let p = defaulted("Pod", json!({"spec": {"volumes": [
+            {"name": "a"}, {"name": "b", "configMap": {"name": "c"}}, {"name": "c", "secret": {"secretName": "s", "defaultMode": 256}}
+        ]}}));
+        let v = &p["spec"]["volumes"];
+        assert_eq!(v[0]["emptyDir"], json!({}));
+        assert_eq!(v[1]["configMap"]["defaultMode"], 420);
+        assert_eq!(v[2]["secret"]["defaultMode"], 256);
+    }
+
+    #[test]
+    fn deployment_defaults_strategy_and_template_but_not_pod_only_fields() {
+        let d = defaulted("Deployment", json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}}));
+        let spec = &d["spec"];
+        assert_eq!(spec["replicas"], 1);
+        assert_eq!(spec["revisionHistoryLimit"], 10);
+        assert_eq!(spec["progressDeadlineSeconds"], 600);
+        assert_eq!(
+            spec["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        );
+        let t = &spec["template"]["spec"];
+        assert_eq!(t["restartPolicy"], "Always");
+        assert_eq!(t["containers"][0]["imagePullPolicy"], "IfNotPresent");
+        assert!(t.get("serviceAccountName").is_none());
+        assert!(t.get("tolerations").is_none());
+        assert!(t.get("priority").is_none());
+        let recreate = defaulted("Deployment", json!({"spec": {"strategy": {"type": "Recreate"}}}));
+        assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
+    fn service_defaults_type_ports_and_policies() {
+        let s = defaulted("Service", json!({"spec": {"selector": {"app": "web"}, "ports": [{"port": 80}, {"port": 443, "targetPort": "https"}]}}));
+        let spec = &s["spec"];
+        assert_eq!(spec["type"], "ClusterIP");
+        assert_eq!(spec["sessionAffinity"], "None");
+        assert_eq!(spec["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
+        assert_eq!(spec["ports"][1]["targetPort"], "https");
+        assert_eq!(spec["internalTrafficPolicy"], "Cluster");
+        assert_eq!(spec["ipFamilies"], json!(["IPv4"]));
+        assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
+        assert!(spec.get("externalTrafficPolicy").is_none());
+
+        let np = defaulted("Service", json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}));
+        assert_eq!(np["spec"]["externalTrafficPolicy"], "Cluster");
+        assert_eq!(np["spec"]["allocateLoadBalancerNodePorts"], true);
+
+        let ext = defaulted("Service", json!({"spec": {"type": "ExternalName", "externalName": "example.com"}}));
+        assert!(ext["spec"].get("ipFamilies").is_none());
+        assert!(ext["spec"].get("ipFamilyPolicy").is_none());
+        assert!(ext["spec"].get("internalTrafficPolicy").is_none());
+    }
+
+    #[test]
+    fn namespace_gets_finalizer_phase_and_name_label() {
+        let ns = defaulted("Namespace", json!({"metadata": {"name": "team-a"}}));
+        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(ns["status"]["phase"], "Active");
+        assert_eq!(ns["metadata"]["labels"]["kubernetes.io/metadata.name"], "team-a");
+        let deleting = defaulted("Namespace", json!({"metadata": {"name": "a", "deletionTimestamp": "2024-01-01T00:00:00Z"},
+            "status": {"phase": "Terminating"}}));
+        assert!(deleting["spec"].get("finalizers").is_none());
+        assert_eq!(deleting["status"]["phase"], "Terminating");
+    }
+
+    #[test]
+    fn secret_endpoints_and_slices_get_their_defaults() {
+        assert_eq!(defaulted("Secret", json!({}))["type"], "Opaque");
+        let ep = defaulted("Endpoints", json!({"subsets": [{"ports": [{"port": 80}]}]}));
+        assert_eq!(ep["subsets"][0]["ports"][0]["protocol"], "TCP");
+        let es = defaulted("EndpointSlice", json!({"ports": [{"port": 80}]}));
+        assert_eq!(es["ports"][0], json!({"port": 80, "protocol": "TCP", "name": ""}));
+    }
+
+    #[test]
+    fn defaulting_survives_wrong_shapes() {
+        for kind in ["Pod", "Deployment", "ReplicaSet", "Service", "Namespace", "Secret", "Endpoints", "EndpointSlice", "Node"] {
+            let mut v = json!("not an object");
+            apply_defaults(kind, &mut v);
+            assert_eq!(v, json!("not an object"));
+            let mut v = json!({"spec": 5, "status": [], "ports": "x", "subsets": 1});
+            apply_defaults(kind, &mut v);
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! kaji-api: what every component shares beyond k8s-openapi — no IO, no tokio.
+
+pub mod defaults;
+pub mod resources;
+pub mod schema;
+pub mod selector;
+pub mod table;
+pub mod validation;

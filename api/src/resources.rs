@@ -1,0 +1,199 @@
+//! The resource table: every kind kaji serves, with its group/version/plural/scope/subresources.
+
+/// A subresource the API serves beside the main object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// `.../status`: writes change only `.status`.
+    Status,
+    /// `.../scale`: autoscaling/v1 Scale view of `.spec.replicas`.
+    Scale,
+    /// `pods/{name}/binding`: sets `spec.nodeName` once.
+    Binding,
+    /// `namespaces/{name}/finalize`: writes `spec.finalizers`.
+    Finalize,
+}
+
+impl Subresource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::Status => "status",
+            Subresource::Scale => "scale",
+            Subresource::Binding => "binding",
+            Subresource::Finalize => "finalize",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "status" => Some(Subresource::Status),
+            "scale" => Some(Subresource::Scale),
+            "binding" => Some(Subresource::Binding),
+            "finalize" => Some(Subresource::Finalize),
+            _ => None,
+        }
+    }
+}
+
+/// Static description of one served resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceInfo {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub subresources: &'static [Subresource],
+    /// PUT on a missing object creates it (Kubernetes' AllowCreateOnUpdate).
+    pub create_on_update: bool,
+}
+
+impl ResourceInfo {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// Store key prefix for this resource: `/registry/<plural>/` (group-qualified outside core and apps).
+    pub fn key_prefix(&self) -> String {
+        match self.group {
+            "" | "apps" => format!("/registry/{}/", self.plural),
+            g => format!("/registry/{}.{}/", self.plural, g),
+        }
+    }
+
+    /// Store key of one object.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("{}{}/{}", self.key_prefix(), ns, name),
+            _ => format!("{}{}", self.key_prefix(), name),
+        }
+    }
+
+    /// Store key prefix of one namespace's objects, or of all of them.
+    pub fn namespace_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("{}{}/", self.key_prefix(), ns),
+            _ => self.key_prefix(),
+        }
+    }
+
+    pub fn has(&self, sub: Subresource) -> bool {
+        self.subresources.contains(&sub)
+    }
+
+    /// Whether objects of this kind carry a `spec` whose changes bump `metadata.generation`.
+    pub fn has_spec(&self) -> bool {
+        !matches!(
+            self.kind,
+            "ConfigMap" | "Secret" | "ServiceAccount" | "Endpoints" | "Event" | "EndpointSlice"
+        )
+    }
+}
+
+const ALL: &[&str] = &["all"];
+const NONE: &[&str] = &[];
+
+macro_rules! res {
+    ($group:expr, $kind:expr, $plural:expr, $singular:expr, $ns:expr, $short:expr, $cat:expr, $subs:expr, $cou:expr) => {
+        ResourceInfo {
+            group: $group,
+            version: "v1",
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            namespaced: $ns,
+            short_names: $short,
+            categories: $cat,
+            subresources: $subs,
+            create_on_update: $cou,
+        }
+    };
+}
+
+use Subresource::*;
+
+/// Everything kaji serves, in discovery order.
+pub static RESOURCES: &[ResourceInfo] = &[
+    res!("", "Namespace", "namespaces", "namespace", false, &["ns"], NONE, &[Status, Finalize], false),
+    res!("", "Pod", "pods", "pod", true, &["po"], ALL, &[Status, Binding], false),
+    res!("", "Node", "nodes", "node", false, &["no"], NONE, &[Status], false),
+    res!("", "Service", "services", "service", true, &["svc"], ALL, &[Status], true),
+    res!("", "Endpoints", "endpoints", "endpoints", true, &["ep"], NONE, &[], true),
+    res!("", "Event", "events", "event", true, &["ev"], NONE, &[], true),
+    res!("", "ConfigMap", "configmaps", "configmap", true, &["cm"], NONE, &[], false),
+    res!("", "Secret", "secrets", "secret", true, NONE, NONE, &[], false),
+    res!("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], NONE, &[], true),
+    res!("apps", "Deployment", "deployments", "deployment", true, &["deploy"], ALL, &[Status, Scale], false),
+    res!("apps", "ReplicaSet", "replicasets", "replicaset", true, &["rs"], ALL, &[Status, Scale], false),
+    res!("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice", true, NONE, NONE, &[], true),
+    res!("coordination.k8s.io", "Lease", "leases", "lease", true, NONE, NONE, &[], true),
+];
+
+/// The API groups in discovery order (core first as "").
+pub fn groups() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&r.group) {
+            out.push(r.group);
+        }
+    }
+    out
+}
+
+/// Find a resource by group, version and plural name.
+pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Find a resource by kind.
+pub fn by_kind(kind: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES.iter().find(|r| r.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_registry_layout() {
+        let pods = lookup("", "v1", "pods").expect("pods are served");
+        assert_eq!(pods.key(Some("default"), "web"), "/registry/pods/default/web");
+        let nodes = lookup("", "v1", "nodes").expect("nodes are served");
+        assert_eq!(nodes.key(None, "n1"), "/registry/nodes/n1");
+        let leases = by_kind("Lease").expect("leases are served");
+        assert_eq!(
+            leases.namespace_prefix(Some("kube-node-lease")),
+            "/registry/leases.coordination.k8s.io/kube-node-lease/"
+        );
+    }
+
+    #[test]
+    fn no_key_prefix_is_a_prefix_of_another() {
+        for a in RESOURCES {
+            for b in RESOURCES {
+                if a.kind != b.kind {
+                    assert!(!a.key_prefix().starts_with(&b.key_prefix()), "{} vs {}", a.kind, b.kind);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn groups_start_with_core() {
+        assert_eq!(groups()[0], "");
+        assert!(groups().contains(&"apps"));
+    }
+}

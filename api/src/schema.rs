@@ -1,0 +1,121 @@
+//! Type-checks an object against its k8s-openapi schema and finds fields the schema does not know.
+
+use k8s_openapi::api::{apps, coordination, core, discovery};
+use serde_json::Value;
+
+/// What decoding an object against its schema found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The JSON does not fit the kind's types (a string where a number belongs...).
+    #[error("{0}")]
+    Decode(String),
+    /// The kind is not one this crate has a schema for.
+    #[error("no schema for kind {0:?}")]
+    UnknownKind(String),
+}
+
+fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, SchemaError> {
+    let typed: T = serde_json::from_value(v.clone()).map_err(|e| SchemaError::Decode(e.to_string()))?;
+    serde_json::to_value(&typed).map_err(|e| SchemaError::Decode(e.to_string()))
+}
+
+/// Decode `obj` as `kind` and re-encode it: the result holds exactly the fields the schema knows.
+pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
+    match kind {
+        "Namespace" => roundtrip::<core::v1::Namespace>(obj),
+        "Pod" => roundtrip::<core::v1::Pod>(obj),
+        "Node" => roundtrip::<core::v1::Node>(obj),
+        "Service" => roundtrip::<core::v1::Service>(obj),
+        "Endpoints" => roundtrip::<core::v1::Endpoints>(obj),
+        "Event" => roundtrip::<core::v1::Event>(obj),
+        "ConfigMap" => roundtrip::<core::v1::ConfigMap>(obj),
+        "Secret" => roundtrip::<core::v1::Secret>(obj),
+        "ServiceAccount" => roundtrip::<core::v1::ServiceAccount>(obj),
+        "Deployment" => roundtrip::<apps::v1::Deployment>(obj),
+        "ReplicaSet" => roundtrip::<apps::v1::ReplicaSet>(obj),
+        "EndpointSlice" => roundtrip::<discovery::v1::EndpointSlice>(obj),
+        "Lease" => roundtrip::<coordination::v1::Lease>(obj),
+        "Binding" => roundtrip::<core::v1::Binding>(obj),
+        "Scale" => roundtrip::<k8s_openapi::api::autoscaling::v1::Scale>(obj),
+        "DeleteOptions" => roundtrip::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(obj),
+        other => Err(SchemaError::UnknownKind(other.to_string())),
+    }
+}
+
+/// Paths (`spec.bogusField`, `spec.containers[0].foo`) present in `input` but unknown to the schema,
+/// given `known` = `normalize(kind, input)`. Null-valued fields are not reported.
+pub fn unknown_fields(input: &Value, known: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    walk(input, Some(known), "", &mut out);
+    out
+}
+
+fn walk(input: &Value, known: Option<&Value>, path: &str, out: &mut Vec<String>) {
+    match (input, known) {
+        (Value::Object(i), Some(Value::Object(k))) => {
+            for (key, v) in i {
+                let p = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                match k.get(key) {
+                    Some(kv) => walk(v, Some(kv), &p, out),
+                    None if v.is_null() => {}
+                    // Free-form maps (labels, data...) round-trip whole, so a missing key is unknown.
+                    None => out.push(p),
+                }
+            }
+        }
+        (Value::Array(i), Some(Value::Array(k))) => {
+            for (n, v) in i.iter().enumerate() {
+                walk(v, k.get(n), &format!("{path}[{n}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Remove from `input` every field `unknown_fields` reports, keeping everything else verbatim.
+pub fn strip_unknown(input: &mut Value, known: &Value) {
+    match (input, known) {
+        (Value::Object(i), Value::Object(k)) => {
+            i.retain(|key, v| v.is_null() || k.contains_key(key));
+            for (key, v) in i.iter_mut() {
+                if let Some(kv) = k.get(key) {
+                    strip_unknown(v, kv);
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(k)) => {
+            for (v, kv) in i.iter_mut().zip(k.iter()) {
+                strip_unknown(v, kv);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reports_unknown_nested_fields_with_their_path() {
+        let pod = json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","labels":{"a":"b"}},
+            "spec":{"bogusField":1,"containers":[{"name":"c","image":"i","colour":"red"}]}});
+        let known = normalize("Pod", &pod).expect("decodes");
+        assert_eq!(unknown_fields(&pod, &known), vec!["spec.bogusField", "spec.containers[0].colour"]);
+    }
+
+    #[test]
+    fn strip_keeps_known_fields_verbatim() {
+        let mut pod = json!({"metadata":{"name":"web"},"spec":{"x":1,"containers":[{"name":"c","image":"i"}]}});
+        let known = normalize("Pod", &pod).expect("decodes");
+        strip_unknown(&mut pod, &known);
+        assert_eq!(pod, json!({"metadata":{"name":"web"},"spec":{"containers":[{"name":"c","image":"i"}]}}));
+    }
+
+    #[test]
+    fn wrong_types_are_decode_errors() {
+        let pod = json!({"metadata":{"name":"web"},"spec":{"containers":"nope"}});
+        assert!(matches!(normalize("Pod", &pod), Err(SchemaError::Decode(_))));
+    }
+}

@@ -1,0 +1,379 @@
+//! The watch cache: one store watch for everything, an in-memory copy of every object per
+//! resource, a bounded event history, and fan-out to any number of client watches.
+
+use crate::storage::{self, EventKind, KeyValue, Store};
+use bytes::Bytes;
+use kaji_api::resources::{ResourceInfo, RESOURCES};
+use kaji_api::selector::{supported_fields, field_value, FieldSelector, LabelSelector};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+
+/// An object as the cache holds it: its JSON (with resourceVersion set) and what selectors need.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub key: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub rv: u64,
+    pub labels: Option<Map<String, Value>>,
+    /// Field-label values for the kind's supported field selectors.
+    pub fields: Vec<(&'static str, Option<String>)>,
+    /// The full object, ready to send.
+    pub json: Bytes,
+}
+
+impl CachedObject {
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+
+    pub fn matches(&self, ns: Option<&str>, labels: &LabelSelector, fields: &FieldSelector) -> bool {
+        if let Some(ns) = ns {
+            if self.namespace.as_deref() != Some(ns) {
+                return false;
+            }
+        }
+        labels.matches(self.labels.as_ref())
+            && fields.matches(|f| match f {
+                "metadata.name" => Some(self.name.clone()),
+                "metadata.namespace" => self.namespace.clone(),
+                other => self.fields.iter().find(|(n, _)| *n == other).and_then(|(_, v)| v.clone()),
+            })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl WatchEventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEventType::Added => "ADDED",
+            WatchEventType::Modified => "MODIFIED",
+            WatchEventType::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct WatchEvent {
+    pub kind: WatchEventType,
+    pub rev: u64,
+    pub object: Arc<CachedObject>,
+    pub prev: Option<Arc<CachedObject>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("too old resource version: {requested} ({oldest})")]
+    Gone { requested: u64, oldest: u64 },
+    #[error("Too large resource version: {requested}, current resource version: {current}")]
+    TooLarge { requested: u64, current: u64 },
+    #[error(transparent)]
+    Store(#[from] storage::Error),
+}
+
+struct State {
+    objects: BTreeMap<String, Arc<CachedObject>>,
+    history: VecDeque<Arc<WatchEvent>>,
+    /// Every event with a revision above this one is in `history`.
+    history_start: u64,
+}
+
+/// One resource's cached objects and watchers.
+pub struct ResourceCache {
+    pub info: &'static ResourceInfo,
+    state: RwLock<State>,
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+    history_limit: usize,
+}
+
+/// What a new watch starts with: events to send first, then the live receiver.
+pub struct Subscription {
+    pub initial: Vec<Arc<WatchEvent>>,
+    pub live: broadcast::Receiver<Arc<WatchEvent>>,
+    pub rev: u64,
+}
+
+pub struct ListResult {
+    pub items: Vec<Arc<CachedObject>>,
+    pub rev: u64,
+    /// Key of the first object not returned, when `limit` cut the list.
+    pub next_key: Option<String>,
+    pub remaining: usize,
+}
+
+fn inject_rv(kv: &KeyValue) -> Result<(Value, Bytes), storage::Error> {
+    let mut v: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| storage::Error::Backend(format!("stored object {} is not JSON: {e}", kv.key)))?;
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+    }
+    let json = Bytes::from(serde_json::to_vec(&v).map_err(|e| storage::Error::Backend(e.to_string()))?);
+    Ok((v, json))
+}
+
+impl ResourceCache {
+    fn new(info: &'static ResourceInfo, history_limit: usize) -> Self {
+        let (tx, _) = broadcast::channel(8192);
+        Self {
+            info,
+            state: RwLock::new(State { objects: BTreeMap::new(), history: VecDeque::new(), history_start: 0 }),
+            tx,
+            history_limit,
+        }
+    }
+
+    pub fn make_object(&self, kv: &KeyValue) -> Result<CachedObject, storage::Error> {
+        let (v, json) = inject_rv(kv)?;
+        let meta = v.get("metadata");
+        let s = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).map(str::to_string);
+        let fields = supported_fields(self.info.kind)
+            .into_iter()
+            .filter(|f| !matches!(*f, "metadata.name" | "metadata.namespace"))
+            .map(|f| (f, field_value(self.info.kind, &v, f)))
+            .collect();
+        Ok(CachedObject {
+            key: kv.key.clone(),
+            namespace: s("namespace"),
+            name: s("name").unwrap_or_default(),
+            rv: kv.mod_revision,
+            labels: meta.and_then(|m| m.get("labels")).and_then(Value::as_object).cloned(),
+            fields,
+            json,
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reset(&self, objects: BTreeMap<String, Arc<CachedObject>>, rev: u64) {
+        let mut st = self.write();
+        st.objects = objects;
+        st.history.clear();
+        st.history_start = rev;
+    }
+
+    fn apply(&self, ev: &storage::Event) {
+        let kv = KeyValue { key: ev.key.clone(), value: ev.value.clone(), create_revision: 0, mod_revision: ev.revision };
+        let obj = match self.make_object(&kv) {
+            Ok(o) => Arc::new(o),
+            Err(err) => {
+                tracing::error!(key = %ev.key, error = %err, "skipping undecodable stored object");
+                return;
+            }
+        };
+        let mut st = self.write();
+        let prev = match ev.kind {
+            EventKind::Put => st.objects.insert(ev.key.clone(), obj.clone()),
+            EventKind::Delete => st.objects.remove(&ev.key),
+        };
+        let kind = match (ev.kind, &prev) {
+            (EventKind::Delete, _) => WatchEventType::Deleted,
+            (EventKind::Put, None) => WatchEventType::Added,
+            (EventKind::Put, Some(_)) => WatchEventType::Modified,
+        };
+        let we = Arc::new(WatchEvent { kind, rev: ev.revision, object: obj, prev });
+        st.history.push_back(we.clone());
+        while st.history.len() > self.history_limit {
+            if let Some(old) = st.history.pop_front() {
+                st.history_start = old.rev;
+            }
+        }
+        // Sent under the lock so a new subscriber sees each event exactly once.
+        let _ = self.tx.send(we);
+    }
+
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.read().objects.get(key).cloned()
+    }
+
+    /// Objects under `prefix` matching the selectors, starting at `start` (inclusive), at most `limit`.
+    pub fn list(
+        &self,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        start: Option<&str>,
+        limit: Option<usize>,
+        rev: u64,
+    ) -> ListResult {
+        let st = self.read();
+        let prefix = self.info.namespace_prefix(ns);
+        let from = match start {
+            Some(s) if s > prefix.as_str() => s.to_string(),
+            _ => prefix.clone(),
+        };
+        // metadata.name=<x> narrows to one key.
+        let only = fields.exact("metadata.name").and_then(|n| match (self.info.namespaced, ns) {
+            (false, _) => Some(self.info.key(None, n)),
+            (true, Some(ns)) => Some(self.info.key(Some(ns), n)),
+            (true, None) => None,
+        });
+        let mut items = Vec::new();
+        let mut next_key = None;
+        let mut remaining = 0;
+        let iter: Box<dyn Iterator<Item = (&String, &Arc<CachedObject>)>> = match &only {
+            Some(k) => Box::new(st.objects.get_key_value(k).into_iter().filter(|(k, _)| k.as_str() >= from.as_str())),
+            _ => Box::new(st.objects.range(from..).take_while(|(k, _)| k.starts_with(&prefix))),
+        };
+        for (k, o) in iter {
+            if !o.matches(ns, labels, fields) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                if next_key.is_none() {
+                    next_key = Some(k.clone());
+                }
+                remaining += 1;
+                continue;
+            }
+            items.push(o.clone());
+        }
+        ListResult { items, rev, next_key, remaining }
+    }
+
+    /// Start a watch after revision `after` (None = synthetic ADDED events for the current state).
+    pub fn subscribe(&self, after: Option<u64>, current_rev: u64) -> Result<Subscription, CacheError> {
+        let st = self.read();
+        let initial = match after {
+            None => st
+                .objects
+                .values()
+                .map(|o| Arc::new(WatchEvent { kind: WatchEventType::Added, rev: o.rv, object: o.clone(), prev: None }))
+                .collect(),
+            Some(n) if n < st.history_start => {
+                return Err(CacheError::Gone { requested: n, oldest: st.history_start });
+            }
+            Some(n) => st.history.iter().filter(|e| e.rev > n).cloned().collect(),
+        };
+        Ok(Subscription { initial, live: self.tx.subscribe(), rev: current_rev })
+    }
+
+    pub fn watcher_count(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+}
+
+/// All resource caches, fed by one store watch.
+pub struct Cache {
+    by_kind: HashMap<&'static str, Arc<ResourceCache>>,
+    rev_tx: watch::Sender<u64>,
+    store: Arc<dyn Store>,
+}
+
+impl Cache {
+    /// Load everything from the store and start following it.
+    pub fn start(store: Arc<dyn Store>, history_limit: usize) -> Result<Arc<Self>, storage::Error> {
+        let by_kind = RESOURCES.iter().map(|r| (r.kind, Arc::new(ResourceCache::new(r, history_limit)))).collect();
+        let (rev_tx, _) = watch::channel(0);
+        let cache = Arc::new(Self { by_kind, rev_tx, store });
+        let rev = cache.load()?;
+        let stream = cache.store.watch("/registry/", rev)?;
+        let c = cache.clone();
+        tokio::spawn(async move { c.follow(stream).await });
+        Ok(cache)
+    }
+
+    /// A cache that follows nothing (for bootstrap writes before the real one starts).
+    pub fn unstarted(store: Arc<dyn Store>) -> anyhow::Result<Arc<Self>> {
+        let (rev_tx, _) = watch::channel(0);
+        Ok(Arc::new(Self { by_kind: HashMap::new(), rev_tx, store }))
+    }
+
+    fn load(&self) -> Result<u64, storage::Error> {
+        let (items, rev) = self.store.list("/registry/")?;
+        let mut per: HashMap<&'static str, BTreeMap<String, Arc<CachedObject>>> = HashMap::new();
+        for kv in items {
+            if let Some(rc) = self.for_key(&kv.key) {
+                match rc.make_object(&kv) {
+                    Ok(o) => {
+                        per.entry(rc.info.kind).or_default().insert(kv.key.clone(), Arc::new(o));
+                    }
+                    Err(err) => tracing::error!(key = %kv.key, error = %err, "skipping undecodable stored object"),
+                }
+            }
+        }
+        for (kind, rc) in &self.by_kind {
+            rc.reset(per.remove(kind).unwrap_or_default(), rev);
+        }
+        self.rev_tx.send_replace(rev);
+        Ok(rev)
+    }
+
+    async fn follow(self: Arc<Self>, mut stream: storage::WatchStream) {
+        loop {
+            match stream.recv().await {
+                Some(Ok(ev)) => {
+                    if let Some(rc) = self.for_key(&ev.key) {
+                        rc.apply(&ev);
+                    }
+                    self.rev_tx.send_replace(ev.revision);
+                }
+                Some(Err(err)) => {
+                    tracing::warn!(error = %err, "store watch broke; reloading the cache");
+                    loop {
+                        match self.load().and_then(|rev| self.store.watch("/registry/", rev)) {
+                            Ok(s) => {
+                                stream = s;
+                                break;
+                            }
+                            Err(err) => {
+                                tracing::error!(error = %err, "cache reload failed; retrying");
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            }
+                        }
+                    }
+                }
+                None => return,
+            }
+        }
+    }
+
+    fn for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
+        self.by_kind.values().find(|rc| key.starts_with(&rc.info.key_prefix()))
+    }
+
+    pub fn resource(&self, kind: &str) -> Option<&Arc<ResourceCache>> {
+        self.by_kind.get(kind)
+    }
+
+    pub fn revision(&self) -> u64 {
+        *self.rev_tx.borrow()
+    }
+
+    /// Wait until the cache has seen revision `rev` (3 s at most, as Kubernetes).
+    pub async fn wait_for(&self, rev: u64) -> Result<u64, CacheError> {
+        let mut rx = self.rev_tx.subscribe();
+        let res = tokio::time::timeout(Duration::from_secs(3), rx.wait_for(|r| *r >= rev)).await;
+        match res {
+            Ok(Ok(r)) => Ok(*r),
+            _ => Err(CacheError::TooLarge { requested: rev, current: self.revision() }),
+        }
+    }
+
+    /// Wait until the cache has everything the store has committed (a consistent read).
+    pub async fn sync(&self) -> Result<u64, CacheError> {
+        self.wait_for(self.store.current_revision()).await
+    }
+
+    pub fn total_watchers(&self) -> usize {
+        self.by_kind.values().map(|rc| rc.watcher_count()).sum()
+    }
+}

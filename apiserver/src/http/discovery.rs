@@ -1,0 +1,211 @@
+//! /version, aggregated discovery (v2 and v2beta1) and legacy discovery, built from the resource table.
+
+use kaji_api::resources::{groups, ResourceInfo, Subresource, RESOURCES};
+use serde_json::{json, Value};
+
+pub const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+/// Kubernetes' version.Info; kubectl's dispatcher picks its client from `minor`.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": concat!("v1.32.0-kaji.", env!("CARGO_PKG_VERSION")),
+        "gitCommit": option_env!("KAJI_GIT_COMMIT").unwrap_or("unknown"),
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "n/a (rust)",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", a => a }),
+    })
+}
+
+/// Which discovery document the client asked for, from its Accept header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscoveryFormat {
+    V2,
+    V2Beta1,
+    Legacy,
+}
+
+impl DiscoveryFormat {
+    pub fn from_accept(accept: &str) -> Self {
+        // Clients list preferences in order; take the first aggregated one offered.
+        for part in accept.split(',') {
+            let p = part.replace(' ', "");
+            if p.contains("as=APIGroupDiscoveryList") && p.contains("g=apidiscovery.k8s.io") {
+                if p.contains("v=v2beta1") {
+                    return Self::V2Beta1;
+                }
+                if p.contains("v=v2") {
+                    return Self::V2;
+                }
+            }
+        }
+        Self::Legacy
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::V2 => "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            Self::V2Beta1 => "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+            Self::Legacy => "application/json",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Self::V2Beta1 => "apidiscovery.k8s.io/v2beta1",
+            _ => "apidiscovery.k8s.io/v2",
+        }
+    }
+}
+
+fn sub_kind(r: &ResourceInfo, s: Subresource) -> (&'static str, &'static str, &'static str) {
+    match s {
+        Subresource::Scale => ("autoscaling", "v1", "Scale"),
+        Subresource::Binding => ("", "v1", "Binding"),
+        _ => (r.group, r.version, r.kind),
+    }
+}
+
+fn sub_verbs(s: Subresource) -> Vec<&'static str> {
+    match s {
+        Subresource::Binding => vec!["create"],
+        Subresource::Finalize => vec!["update"],
+        _ => vec!["get", "patch", "update"],
+    }
+}
+
+fn aggregated_resource(r: &ResourceInfo) -> Value {
+    let subs: Vec<Value> = r
+        .subresources
+        .iter()
+        .map(|s| {
+            let (g, v, k) = sub_kind(r, *s);
+            json!({"subresource": s.name(), "responseKind": {"group": g, "version": v, "kind": k}, "verbs": sub_verbs(*s)})
+        })
+        .collect();
+    let mut v = json!({
+        "resource": r.plural,
+        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular,
+        "verbs": VERBS,
+    });
+    if !r.short_names.is_empty() {
+        v["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        v["categories"] = json!(r.categories);
+    }
+    if !subs.is_empty() {
+        v["subresources"] = Value::Array(subs);
+    }
+    v
+}
+
+/// `/api` (core only) or `/apis` (named groups) as an APIGroupDiscoveryList.
+pub fn aggregated(core: bool, fmt: DiscoveryFormat) -> Value {
+    let items: Vec<Value> = groups()
+        .into_iter()
+        .filter(|g| g.is_empty() == core)
+        .map(|g| {
+            let resources: Vec<Value> = RESOURCES.iter().filter(|r| r.group == g).map(aggregated_resource).collect();
+            json!({"metadata": {"name": g, "creationTimestamp": null},
+                   "versions": [{"version": "v1", "freshness": "Current", "resources": resources}]})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": fmt.api_version(), "metadata": {}, "items": items})
+}
+
+pub fn legacy_api(addr: &str) -> Value {
+    json!({"kind": "APIVersions", "versions": ["v1"],
+           "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": addr}]})
+}
+
+fn group_json(g: &str) -> Value {
+    let gv = format!("{g}/v1");
+    json!({"name": g, "versions": [{"groupVersion": gv, "version": "v1"}],
+           "preferredVersion": {"groupVersion": gv, "version": "v1"}})
+}
+
+pub fn legacy_apis() -> Value {
+    let groups: Vec<Value> = groups().into_iter().filter(|g| !g.is_empty()).map(group_json).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>` as an APIGroup, if served.
+pub fn legacy_group(g: &str) -> Option<Value> {
+    groups().contains(&g).then(|| {
+        let mut v = group_json(g);
+        v["kind"] = "APIGroup".into();
+        v["apiVersion"] = "v1".into();
+        v
+    })
+}
+
+/// `/api/v1` or `/apis/<g>/<v>` as an APIResourceList, if served.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    if version != "v1" || !groups().contains(&group) {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.group == group) {
+        let mut v = json!({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+                           "kind": r.kind, "verbs": VERBS});
+        if !r.short_names.is_empty() {
+            v["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            v["categories"] = json!(r.categories);
+        }
+        resources.push(v);
+        for s in r.subresources {
+            let (g, ver, k) = sub_kind(r, *s);
+            let mut sv = json!({"name": format!("{}/{}", r.plural, s.name()), "singularName": "",
+                                "namespaced": r.namespaced, "kind": k, "verbs": sub_verbs(*s)});
+            if g != r.group {
+                sv["group"] = g.into();
+                sv["version"] = ver.into();
+            }
+            resources.push(sv);
+        }
+    }
+    let gv = if group.is_empty() { "v1".to_string() } else { format!("{group}/v1") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_first_aggregated_format_offered() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(DiscoveryFormat::from_accept(kubectl), DiscoveryFormat::V2);
+        let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(DiscoveryFormat::from_accept(old), DiscoveryFormat::V2Beta1);
+        assert_eq!(DiscoveryFormat::from_accept("application/json, */*"), DiscoveryFormat::Legacy);
+    }
+
+    #[test]
+    fn aggregated_discovery_lists_deployments_with_scale() {
+        let apis = aggregated(false, DiscoveryFormat::V2);
+        let apps = apis["items"].as_array().expect("items").iter().find(|i| i["metadata"]["name"] == "apps").expect("apps group");
+        let deploy = apps["versions"][0]["resources"].as_array().expect("resources").iter().find(|r| r["resource"] == "deployments").expect("deployments");
+        assert_eq!(deploy["shortNames"], json!(["deploy"]));
+        assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
+        let core = aggregated(true, DiscoveryFormat::V2);
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+    }
+
+    #[test]
+    fn version_has_every_field_strict_clients_need() {
+        let v = version();
+        for f in ["major", "minor", "gitVersion", "gitCommit", "gitTreeState", "buildDate", "goVersion", "compiler", "platform"] {
+            assert!(v[f].is_string(), "{f}");
+        }
+        assert_eq!(v["minor"], "32");
+    }
+}

@@ -1,0 +1,354 @@
+//! HTTP front: routes, request decoding, dispatch to the registry and the watch cache.
+
+pub mod discovery;
+pub mod errors;
+mod lists;
+pub mod openapi;
+pub mod path;
+pub mod table;
+mod watch;
+
+use crate::cache::Cache;
+use crate::metrics::Metrics;
+use crate::registry::{DeleteOptions, FieldValidation, Outcome, PatchType, Registry, ScaleOp, WriteOptions};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use discovery::DiscoveryFormat;
+use errors::{ApiError, ApiResult};
+use kaji_api::resources::{lookup, ResourceInfo, Subresource};
+use path::{ApiPath, ResourcePath};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// Everything a request handler needs.
+pub struct AppState {
+    pub registry: Registry,
+    pub cache: Arc<Cache>,
+    pub metrics: Metrics,
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// host:port clients reach this server at (legacy discovery's serverAddress).
+    pub advertise: String,
+}
+
+pub type Shared = Arc<AppState>;
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/version", get(|| async { json_response(200, &discovery::version()) }))
+        .route("/healthz", get(health))
+        .route("/livez", get(health))
+        .route("/readyz", get(health))
+        .route("/metrics", get(metrics))
+        .route("/openapi/v2", get(|| async { ([(header::CONTENT_TYPE, "application/octet-stream")], Vec::<u8>::new()) }))
+        .route("/openapi/v3", get(|| async { json_response(200, &openapi::index()) }))
+        .route("/openapi/v3/{*gv}", get(openapi_doc))
+        .fallback(api)
+        .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
+        .with_state(state)
+}
+
+async fn health(State(s): State<Shared>) -> Response {
+    if *s.shutdown.borrow() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    "ok".into_response()
+}
+
+async fn metrics(State(s): State<Shared>) -> Response {
+    s.metrics.watchers.set(s.cache.total_watchers() as i64);
+    for r in kaji_api::resources::RESOURCES {
+        if let Some(rc) = s.cache.resource(r.kind) {
+            let labels = crate::metrics::ResourceLabels { resource: r.plural.into() };
+            s.metrics.objects.get_or_create(&labels).set(rc.len() as i64);
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.render()).into_response()
+}
+
+async fn openapi_doc(axum::extract::Path(gv): axum::extract::Path<String>) -> Response {
+    match openapi::document(&gv) {
+        Some(doc) => json_response(200, &doc),
+        None => not_found().into_response(),
+    }
+}
+
+pub fn json_response(code: u16, body: &Value) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    (code, [(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(body).unwrap_or_default()).into_response()
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(404, "NotFound", "the server could not find the requested resource")
+}
+
+/// Query parameters as a map (the last value wins).
+pub struct Query(HashMap<String, String>);
+
+impl Query {
+    fn parse(uri: &Uri) -> ApiResult<Self> {
+        let q = uri.query().unwrap_or("");
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(q).map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
+        Ok(Self(pairs.into_iter().collect()))
+    }
+
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+
+    pub fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true" | "1"))
+    }
+
+    pub fn int(&self, k: &str) -> ApiResult<Option<i64>> {
+        match self.get(k).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => s.parse().map(Some).map_err(|_| ApiError::bad_request(format!("invalid value for {k}: {s:?}"))),
+        }
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Decode a JSON or YAML request body.
+fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
+    let ct = content_type(headers);
+    match ct.as_str() {
+        // A missing Content-Type is JSON, as the real apiserver's first serializer.
+        "" | "application/json" | "*/*" => {
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}")))
+        }
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the YAML body is not UTF-8"))?;
+            serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
+        }
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+fn write_options(q: &Query) -> ApiResult<WriteOptions> {
+    Ok(WriteOptions {
+        dry_run: match q.get("dryRun") {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => return Err(ApiError::bad_request(format!("unsupported dryRun value {other:?}: only All is supported"))),
+        },
+        field_validation: FieldValidation::parse(q.get("fieldValidation"))?,
+    })
+}
+
+fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap) -> ApiResult<DeleteOptions> {
+    let mut o = DeleteOptions { grace_period_seconds: q.int("gracePeriodSeconds")?, ..Default::default() };
+    o.dry_run = q.get("dryRun") == Some("All");
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v = decode_body(headers, body)?;
+        let known = kaji_api::schema::normalize("DeleteOptions", &v).map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        if let Some(g) = known.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            o.grace_period_seconds = Some(g);
+        }
+        if known.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|d| d == "All")) {
+            o.dry_run = true;
+        }
+        o.precondition_uid = known.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        o.precondition_rv = known.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+    }
+    if o.grace_period_seconds.is_some_and(|g| g < 0) {
+        o.grace_period_seconds = Some(0);
+    }
+    Ok(o)
+}
+
+/// `299 - "<text>"` with quotes and backslashes escaped.
+fn warning_header(text: &str) -> Option<HeaderValue> {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    HeaderValue::from_str(&format!("299 - \"{escaped}\"")).ok()
+}
+
+fn outcome_response(out: Outcome) -> Response {
+    let mut r = json_response(out.code, &out.body);
+    for w in out.warnings {
+        if let Some(h) = warning_header(&w) {
+            r.headers_mut().append(header::WARNING, h);
+        }
+    }
+    r
+}
+
+/// Everything under /api and /apis, and the 404 for anything else.
+async fn api(State(s): State<Shared>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let parsed = path::parse(uri.path());
+    let (verb, resource) = match &parsed {
+        Some(ApiPath::Resource(rp)) => {
+            let watch = matches!(uri.query(), Some(q) if q.contains("watch=true") || q.contains("watch=1"));
+            let verb = match (&method, rp.name.is_some(), watch) {
+                (&Method::GET, _, true) => "WATCH",
+                (&Method::GET, false, _) => "LIST",
+                (m, _, _) => m.as_str(),
+            };
+            let res = match &rp.subresource {
+                Some(sub) => format!("{}/{sub}", rp.resource),
+                None => rp.resource.clone(),
+            };
+            (verb.to_string(), res)
+        }
+        _ => (method.as_str().to_string(), String::new()),
+    };
+    let span = tracing::info_span!("request", verb = %verb, resource = %resource);
+    let resp = async {
+        let resp = match dispatch(&s, &method, &uri, &headers, body, parsed).await {
+            Ok(r) => r,
+            Err(e) => {
+                if e.code >= 500 {
+                    tracing::error!(error = %e, path = %uri.path(), "request failed");
+                } else {
+                    tracing::debug!(error = %e, path = %uri.path(), "request refused");
+                }
+                e.into_response()
+            }
+        };
+        tracing::debug!(code = resp.status().as_u16(), "done");
+        resp
+    }
+    .instrument(span)
+    .await;
+    s.metrics.observe(&verb, &resource, resp.status().as_u16(), started.elapsed().as_secs_f64());
+    resp
+}
+
+async fn dispatch(s: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes, parsed: Option<ApiPath>) -> ApiResult<Response> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let q = Query::parse(uri)?;
+    let path = uri.path().trim_end_matches('/');
+    if *method == Method::GET && (path == "/api" || path == "/apis") {
+        let core = path == "/api";
+        let fmt = DiscoveryFormat::from_accept(&accept);
+        let doc = match (fmt, core) {
+            (DiscoveryFormat::Legacy, true) => discovery::legacy_api(&s.advertise),
+            (DiscoveryFormat::Legacy, false) => discovery::legacy_apis(),
+            (f, c) => discovery::aggregated(c, f),
+        };
+        let mut r = json_response(200, &doc);
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(fmt.content_type()));
+        return Ok(r);
+    }
+    let rp = match parsed {
+        None => return Err(not_found()),
+        Some(ApiPath::Group { group }) if *method == Method::GET => {
+            return discovery::legacy_group(&group).map(|g| json_response(200, &g)).ok_or_else(not_found)
+        }
+        Some(ApiPath::GroupVersion { group, version }) if *method == Method::GET => {
+            return discovery::resource_list(&group, &version).map(|g| json_response(200, &g)).ok_or_else(not_found)
+        }
+        Some(ApiPath::Resource(rp)) => rp,
+        Some(_) => return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource")),
+    };
+    let info = lookup(&rp.group, &rp.version, &rp.resource).ok_or_else(not_found)?;
+    let sub = match &rp.subresource {
+        None => None,
+        Some(name) => Some(Subresource::parse(name).filter(|sr| info.has(*sr)).ok_or_else(not_found)?),
+    };
+    if !info.namespaced && rp.namespace.is_some() {
+        return Err(not_found());
+    }
+    if info.namespaced && rp.name.is_some() && rp.namespace.is_none() {
+        return Err(not_found());
+    }
+    resource_request(s, info, &rp, sub, method, &q, headers, &accept, body).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resource_request(
+    s: &Shared,
+    info: &'static ResourceInfo,
+    rp: &ResourcePath,
+    sub: Option<Subresource>,
+    method: &Method,
+    q: &Query,
+    headers: &HeaderMap,
+    accept: &str,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ns = rp.namespace.as_deref();
+    let reg = &s.registry;
+    let watch = q.flag("watch");
+    match (method, rp.name.as_deref(), sub) {
+        (&Method::GET, None, None) if watch => watch::serve(s, info, ns, None, q, accept).await,
+        (&Method::GET, None, None) => lists::list(s, info, ns, q, accept).await,
+        (&Method::GET, Some(name), None) if watch => watch::serve(s, info, ns, Some(name), q, accept).await,
+        (&Method::GET, Some(name), None | Some(Subresource::Status)) => {
+            let obj = reg.get(info, ns, name)?;
+            Ok(lists::single(info, obj, accept))
+        }
+        (&Method::GET, Some(name), Some(Subresource::Scale)) => {
+            let ns = ns.unwrap_or("default");
+            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Get, &write_options(q)?).await?))
+        }
+        (&Method::POST, None, None) => {
+            let v = decode_body(headers, &body)?;
+            Ok(outcome_response(reg.create(info, ns, v, &write_options(q)?).await?))
+        }
+        (&Method::POST, Some(name), Some(Subresource::Binding)) => {
+            let v = decode_body(headers, &body)?;
+            Ok(outcome_response(reg.bind(ns.unwrap_or("default"), name, v, &write_options(q)?).await?))
+        }
+        (&Method::PUT, Some(name), None | Some(Subresource::Status)) => {
+            let v = decode_body(headers, &body)?;
+            Ok(outcome_response(reg.update(info, ns, name, v, sub, &write_options(q)?).await?))
+        }
+        (&Method::PUT, Some(name), Some(Subresource::Scale)) => {
+            let v = decode_body(headers, &body)?;
+            let ns = ns.unwrap_or("default");
+            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Put(v), &write_options(q)?).await?))
+        }
+        (&Method::PUT, Some(name), Some(Subresource::Finalize)) => {
+            let v = decode_body(headers, &body)?;
+            Ok(outcome_response(reg.finalize_namespace(name, v, &write_options(q)?).await?))
+        }
+        (&Method::PATCH, Some(name), None | Some(Subresource::Status) | Some(Subresource::Scale)) => {
+            let kind = match content_type(headers).as_str() {
+                "application/merge-patch+json" => PatchType::Merge,
+                "application/json-patch+json" => PatchType::Json,
+                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+                    return Err(ApiError::new(415, "UnsupportedMediaType", format!(
+                        "{} is not supported yet; use application/merge-patch+json or application/json-patch+json",
+                        content_type(headers)
+                    )))
+                }
+                other => return Err(ApiError::unsupported_media_type(other)),
+            };
+            let opts = write_options(q)?;
+            let out = match sub {
+                Some(Subresource::Scale) => reg.scale(info, ns.unwrap_or("default"), name, ScaleOp::Patch(kind, &body), &opts).await?,
+                _ => reg.patch(info, ns, name, kind, &body, sub, &opts).await?,
+            };
+            Ok(outcome_response(out))
+        }
+        (&Method::DELETE, Some(name), None) => {
+            let opts = delete_options(q, &body, headers)?;
+            Ok(outcome_response(reg.delete(info, ns, name, &opts).await?))
+        }
+        (&Method::DELETE, None, None) => {
+            let opts = delete_options(q, &body, headers)?;
+            lists::delete_collection(s, info, ns, q, &opts).await
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({} {})",
+            method,
+            errors::qualify(info.group, info.plural)
+        ))),
+    }
+}

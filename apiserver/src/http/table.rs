@@ -1,0 +1,78 @@
+//! meta.k8s.io/v1 Table responses: what `kubectl get` prints, computed on the server.
+
+use serde_json::{json, Value};
+
+/// Whether the Accept header asks for a Table, and which meta.k8s.io version.
+pub fn table_version(accept: &str) -> Option<&'static str> {
+    for part in accept.split(',') {
+        let p = part.replace(' ', "");
+        if p.contains("as=Table") && p.contains("g=meta.k8s.io") {
+            return Some(if p.contains("v=v1beta1") { "meta.k8s.io/v1beta1" } else { "meta.k8s.io/v1" });
+        }
+    }
+    None
+}
+
+/// What each row carries as `object` (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncludeObject {
+    None,
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    pub fn parse(s: Option<&str>) -> Self {
+        match s {
+            Some("None") => Self::None,
+            Some("Object") => Self::Object,
+            _ => Self::Metadata,
+        }
+    }
+}
+
+pub fn row(kind: &str, obj: &Value, include: IncludeObject, now: jiff::Timestamp) -> Value {
+    let mut r = json!({"cells": kaji_api::table::cells(kind, obj, now)});
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Object => r["object"] = obj.clone(),
+        IncludeObject::Metadata => {
+            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                 "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))});
+        }
+    }
+    r
+}
+
+/// A Table of `objs`; `columns` false leaves columnDefinitions null (later watch events).
+pub fn table(kind: &str, api_version: &str, objs: &[Value], meta: Value, include: IncludeObject, columns: bool) -> Value {
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Value> = objs.iter().map(|o| row(kind, o, include, now)).collect();
+    json!({
+        "kind": "Table", "apiVersion": api_version, "metadata": meta,
+        "columnDefinitions": if columns { Value::Array(kaji_api::table::columns(kind)) } else { Value::Null },
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_kubectls_table_accept_header() {
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(table_version(kubectl), Some("meta.k8s.io/v1"));
+        assert_eq!(table_version("application/json"), None);
+    }
+
+    #[test]
+    fn rows_carry_partial_object_metadata() {
+        let pod = json!({"metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}}, "spec": {"containers": []}});
+        let t = table("Pod", "meta.k8s.io/v1", &[pod], json!({"resourceVersion": "5"}), IncludeObject::Metadata, true);
+        assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(t["rows"][0]["object"]["metadata"]["labels"]["app"], "web");
+        assert_eq!(t["rows"][0]["cells"][0], "web");
+        assert_eq!(t["columnDefinitions"][0]["name"], "Name");
+    }
+}

@@ -1,0 +1,132 @@
+//! kaji-apiserver: a Kubernetes-compatible REST API over a durable store, with a watch cache.
+
+pub mod cache;
+pub mod http;
+pub mod metrics;
+pub mod registry;
+pub mod storage;
+
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything `run` needs; the binary fills it from flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub bind: SocketAddr,
+    pub data_dir: PathBuf,
+    pub service_cluster_ip_range: String,
+    pub service_node_port_range: (u16, u16),
+    /// Events kept per resource in the watch cache.
+    pub watch_cache_size: usize,
+    /// Store revisions of history kept for watches after compaction.
+    pub event_history: u64,
+    pub compaction_interval: Duration,
+}
+
+impl Config {
+    pub fn new(bind: SocketAddr, data_dir: PathBuf) -> Self {
+        Self {
+            bind,
+            data_dir,
+            service_cluster_ip_range: "10.96.0.0/12".into(),
+            service_node_port_range: (30000, 32767),
+            watch_cache_size: 10_000,
+            event_history: 100_000,
+            compaction_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A started server: its address and the handle to stop it.
+pub struct Server {
+    pub addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    /// Close watches, stop accepting, and wait for in-flight requests.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.context("server task panicked")?
+    }
+
+    /// Wait until the server ends by itself.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("server task panicked")?
+    }
+
+    pub fn stopper(&self) -> tokio::sync::watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+/// Open the store, bootstrap, bind, and serve in the background.
+pub async fn start(config: Config) -> anyhow::Result<Server> {
+    let store: Arc<dyn storage::Store> = Arc::new(
+        storage::redb::RedbStore::open(&config.data_dir).with_context(|| format!("failed to open the store in {}", config.data_dir.display()))?,
+    );
+    let listener = tokio::net::TcpListener::bind(config.bind).await.with_context(|| format!("failed to bind {}", config.bind))?;
+    let addr = listener.local_addr()?;
+    let advertise = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
+    let ips = registry::alloc::IpAllocator::new(&config.service_cluster_ip_range)
+        .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range: {e}"))?;
+    let ports = registry::alloc::PortAllocator::new(config.service_node_port_range.0, config.service_node_port_range.1);
+    let bootstrap = registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports };
+    bootstrap.bootstrap(advertise).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
+    let cache = cache::Cache::start(store.clone(), config.watch_cache_size).context("failed to load the watch cache")?;
+    let registry = registry::Registry { cache: cache.clone(), ..bootstrap };
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let state = Arc::new(http::AppState {
+        registry,
+        cache,
+        metrics: metrics::Metrics::default(),
+        shutdown: shutdown.clone(),
+        advertise: advertise.to_string(),
+    });
+    spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
+    let app = http::router(state);
+    let mut sd = shutdown.clone();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = sd.wait_for(|s| *s).await;
+            })
+            .await
+            .context("server failed")?;
+        // Dropping the last store handle closes redb cleanly; every commit is already durable.
+        drop(store);
+        Ok(())
+    });
+    tracing::info!(addr = %addr, data_dir = %config.data_dir.display(), "apiserver listening");
+    Ok(Server { addr, stop, task })
+}
+
+/// The bootstrap registry writes straight to the store; its cache is never read.
+fn placeholder_cache(store: &Arc<dyn storage::Store>) -> anyhow::Result<Arc<cache::Cache>> {
+    cache::Cache::unstarted(store.clone())
+}
+
+fn spawn_compactor(store: Arc<dyn storage::Store>, keep: u64, every: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let target = store.current_revision().saturating_sub(keep);
+            if target > store.compacted_revision() {
+                let s = store.clone();
+                match tokio::task::spawn_blocking(move || s.compact(target)).await {
+                    Ok(Ok(())) => tracing::debug!(revision = target, "compacted store history"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "compaction failed"),
+                    Err(e) => tracing::warn!(error = %e, "compaction task failed"),
+                }
+            }
+        }
+    });
+}

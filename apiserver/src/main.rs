@@ -1,0 +1,85 @@
+//! kaji-apiserver: parse flags, install tracing, run until SIGTERM/SIGINT.
+
+use anyhow::Context;
+use clap::Parser;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// kaji's Kubernetes-compatible API server (embedded durable store, watch cache).
+#[derive(Parser, Debug)]
+#[command(name = "kaji-apiserver", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    /// Port to listen on (plain HTTP; 0 picks a free one).
+    #[arg(long, default_value_t = 6443)]
+    port: u16,
+    /// Directory of the embedded store.
+    #[arg(long, default_value = "/var/lib/kaji/apiserver")]
+    data_dir: PathBuf,
+    /// CIDR that Service ClusterIPs are allocated from.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// Port range for NodePort Services, as FIRST-LAST.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
+    /// Watch events kept per resource in memory for watches that resume.
+    #[arg(long, default_value_t = 10_000)]
+    watch_cache_size: usize,
+    /// Store revisions of event history kept after compaction.
+    #[arg(long, default_value_t = 100_000)]
+    event_history: u64,
+    /// Write the bound address (host:port) to this file once listening.
+    #[arg(long)]
+    address_file: Option<PathBuf>,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn parse_range(s: &str) -> anyhow::Result<(u16, u16)> {
+    let (a, b) = s.split_once('-').context("expected FIRST-LAST")?;
+    let (a, b): (u16, u16) = (a.trim().parse()?, b.trim().parse()?);
+    anyhow::ensure!(a <= b, "first port must not exceed last");
+    Ok((a, b))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_json {
+        tracing_subscriber::fmt().with_env_filter(filter).json().init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let mut config = kaji_apiserver::Config::new(SocketAddr::new(args.bind_address, args.port), args.data_dir);
+    config.service_cluster_ip_range = args.service_cluster_ip_range;
+    config.service_node_port_range = parse_range(&args.service_node_port_range).context("--service-node-port-range")?;
+    config.watch_cache_size = args.watch_cache_size.max(1);
+    config.event_history = args.event_history;
+    let server = kaji_apiserver::start(config).await?;
+    if let Some(f) = &args.address_file {
+        std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;
+    }
+    let stop = server.stopper();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutting down: closing watches and draining requests");
+        let _ = stop.send(true);
+    });
+    server.wait().await?;
+    tracing::info!("stopped");
+    Ok(())
+}

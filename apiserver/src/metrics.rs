@@ -1,0 +1,67 @@
+//! Prometheus metrics: request counts and latencies by verb/resource/code, watchers, objects.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::Mutex;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub resource: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    pub verb: String,
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: String,
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub requests: Family<RequestLabels, Counter>,
+    pub duration: Family<DurationLabels, Histogram>,
+    pub watchers: Gauge,
+    pub objects: Family<ResourceLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let duration = Family::<DurationLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+        let watchers = Gauge::default();
+        let objects = Family::<ResourceLabels, Gauge>::default();
+        registry.register("apiserver_request", "Counter of apiserver requests by verb, resource and HTTP code", requests.clone());
+        registry.register("apiserver_request_duration_seconds", "Response latency by verb and resource", duration.clone());
+        registry.register("apiserver_registered_watchers", "Number of open watch streams", watchers.clone());
+        registry.register("apiserver_storage_objects", "Number of stored objects by resource", objects.clone());
+        Self { registry: Mutex::new(registry), requests, duration, watchers, objects }
+    }
+}
+
+impl Metrics {
+    pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
+        self.requests.get_or_create(&RequestLabels { verb: verb.into(), resource: resource.into(), code: code.to_string() }).inc();
+        self.duration.get_or_create(&DurationLabels { verb: verb.into(), resource: resource.into() }).observe(seconds);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let reg = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if prometheus_client::encoding::text::encode(&mut out, &reg).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

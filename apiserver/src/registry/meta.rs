@@ -1,0 +1,115 @@
+//! Small helpers over an object's JSON: metadata fields, timestamps, names.
+
+use serde_json::{Map, Value};
+
+pub fn now() -> jiff::Timestamp {
+    jiff::Timestamp::now()
+}
+
+/// RFC 3339 with second precision, as metav1.Time.
+pub fn timestamp(t: jiff::Timestamp) -> String {
+    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
+}
+
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+/// `metadata`, created if missing or not an object.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let root = obj.as_object_mut().expect("just made an object");
+    let m = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    if !m.is_object() {
+        *m = Value::Object(Map::new());
+    }
+    m.as_object_mut().expect("just made an object")
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name").unwrap_or("")
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    meta_str(obj, "deletionTimestamp").is_some()
+}
+
+/// The object without metadata and status: what `generation` tracks.
+pub fn spec_part(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("metadata");
+        o.remove("status");
+        o.remove("kind");
+        o.remove("apiVersion");
+    }
+    v
+}
+
+pub fn generation(obj: &Value) -> i64 {
+    meta(obj).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// generateName suffix: 5 characters from Kubernetes' alphabet (no vowels, no confusables).
+pub fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let bytes = uuid::Uuid::new_v4();
+    bytes.as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+}
+
+/// Copy the server-owned metadata fields from `old` into `new`.
+pub fn carry_system_meta(new: &mut Value, old: &Value) {
+    let Some(om) = meta(old).cloned() else { return };
+    let nm = meta_mut(new);
+    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        match om.get(f) {
+            Some(v) => {
+                nm.insert(f.into(), v.clone());
+            }
+            None => {
+                nm.remove(f);
+            }
+        }
+    }
+    nm.remove("selfLink");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps_have_second_precision() {
+        let t = jiff::Timestamp::from_millisecond(1_700_000_000_123).expect("valid");
+        assert_eq!(timestamp(t), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn spec_part_ignores_metadata_and_status() {
+        let a = json!({"metadata":{"name":"a"},"spec":{"x":1},"status":{"y":1}});
+        let b = json!({"metadata":{"name":"b"},"spec":{"x":1},"status":{"y":2}});
+        assert_eq!(spec_part(&a), spec_part(&b));
+    }
+
+    #[test]
+    fn random_suffixes_use_the_kubernetes_alphabet() {
+        let s = random_suffix();
+        assert_eq!(s.len(), 5);
+        assert!(s.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+    }
+}

@@ -1,0 +1,1 @@
+//! kaji-runtime: not built yet — the issue for this component lays it down.

@@ -1,0 +1,1 @@
+//! End-to-end scenarios on a real lab (come with the lab issue).
