@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 pub fn selectors(info: &ResourceInfo, q: &Query) -> ApiResult<(LabelSelector, FieldSelector)> {
     let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))
         .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
     let supported = supported_fields(info.kind);

@@ -1,0 +1,134 @@
+//! Test helpers: run the real kaji-apiserver binary, talk raw HTTP, run kubectl against it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A kaji-apiserver child process; killed when dropped.
+pub struct ApiServer {
+    pub child: Child,
+    pub addr: String,
+    pub data_dir: PathBuf,
+}
+
+impl ApiServer {
+    /// Start the binary on a free loopback port with `data_dir`, and wait until it serves.
+    pub fn start(data_dir: &Path) -> Self {
+        let addr_file = data_dir.with_extension("addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let child = Command::new(env!("CARGO_BIN_EXE_kaji-apiserver"))
+            .args(["--port", "0", "--data-dir"])
+            .arg(data_dir)
+            .arg("--address-file")
+            .arg(&addr_file)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kaji-apiserver starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = loop {
+            if let Ok(a) = std::fs::read_to_string(&addr_file) {
+                if !a.is_empty() {
+                    break a;
+                }
+            }
+            assert!(Instant::now() < deadline, "apiserver did not start within 20s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let server = Self { child, addr, data_dir: data_dir.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while http(&server.addr, "GET", "/readyz", None, "").0 != 200 {
+            assert!(Instant::now() < deadline, "apiserver not ready within 10s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// SIGKILL, no goodbye.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns (status, body). Status 0 = no answer.
+pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>, content_type: &str) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else { return (0, String::new()) };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let body = body.unwrap_or("");
+    let ct = if content_type.is_empty() { String::new() } else { format!("Content-Type: {content_type}\r\n") };
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut out = Vec::new();
+    if s.read_to_end(&mut out).is_err() && out.is_empty() {
+        return (0, String::new());
+    }
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// kubectl pointed at one server, with its own kubeconfig and discovery cache.
+pub struct Kubectl {
+    dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    pub fn new(server: &ApiServer) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kc = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"{}\"}}\n  name: kaji\ncontexts:\n- context: {{cluster: kaji, user: admin}}\n  name: kaji\ncurrent-context: kaji\nusers:\n- name: admin\n  user: {{}}\n",
+            server.url()
+        );
+        std::fs::write(dir.path().join("kubeconfig"), kc).expect("write kubeconfig");
+        Self { dir }
+    }
+
+    pub fn command(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig").arg(self.dir.path().join("kubeconfig"));
+        c.arg("--cache-dir").arg(self.dir.path().join("cache"));
+        c.env_remove("KUBECONFIG");
+        c
+    }
+
+    pub fn file(&self, name: &str, content: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, content).expect("write manifest");
+        p
+    }
+
+    /// Run kubectl; returns the output whatever the exit code.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("kubectl runs (is it on PATH?)")
+    }
+
+    /// Run kubectl and require success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+}
