@@ -1,0 +1,235 @@
+//! `kaji lab up|status|down`: start the control plane on this machine with the embedded store,
+//! write a kubeconfig, and apply a demo workload.
+//!
+//! Today the lab runs the apiserver only; nodes, scheduler and controllers join it as their
+//! issues land (see README).
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{Api, PostParams};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DEFAULT_DIR: &str = "/tmp/kaji-lab";
+
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Start the lab (in the background) and apply the demo workload.
+    Up {
+        /// Where the lab keeps its store, logs, pid file and kubeconfig.
+        #[arg(long, default_value = DEFAULT_DIR)]
+        dir: PathBuf,
+        /// apiserver port on 127.0.0.1.
+        #[arg(long, default_value_t = 6443)]
+        port: u16,
+        /// Do not apply the demo workload.
+        #[arg(long)]
+        no_demo: bool,
+    },
+    /// Show whether the lab is running.
+    Status {
+        #[arg(long, default_value = DEFAULT_DIR)]
+        dir: PathBuf,
+    },
+    /// Stop everything the lab started (its data stays unless --purge).
+    Down {
+        #[arg(long, default_value = DEFAULT_DIR)]
+        dir: PathBuf,
+        /// Also delete the lab directory (store, logs, kubeconfig).
+        #[arg(long)]
+        purge: bool,
+    },
+}
+
+pub async fn run(cmd: LabCommand) -> Result<()> {
+    match cmd {
+        LabCommand::Up { dir, port, no_demo } => up(&dir, port, !no_demo).await,
+        LabCommand::Status { dir } => status(&dir).await,
+        LabCommand::Down { dir, purge } => down(&dir, purge),
+    }
+}
+
+/// Print one progress line: `step ... done` or `step ... failed: why`.
+async fn step<T, F: std::future::Future<Output = Result<T>>>(what: &str, f: F) -> Result<T> {
+    eprint!("{what} ... ");
+    match f.await {
+        Ok(v) => {
+            eprintln!("done");
+            Ok(v)
+        }
+        Err(e) => {
+            eprintln!("failed: {e:#}");
+            Err(e)
+        }
+    }
+}
+
+fn sibling_binary(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe().context("cannot find the kaji binary's own path")?;
+    let p = me.with_file_name(name);
+    if !p.exists() {
+        bail!("{} not found beside {}; build the workspace first (cargo build --release)", name, me.display());
+    }
+    Ok(p)
+}
+
+fn pid_file(dir: &Path) -> PathBuf {
+    dir.join("apiserver.pid")
+}
+
+fn read_pid(dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(pid_file(dir)).ok()?.trim().parse().ok()
+}
+
+/// Whether `pid` is alive and is a kaji-apiserver (a stale pid file must never make us signal
+/// some other process that reused the number).
+fn alive(pid: i32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|exe| exe.file_name().is_some_and(|n| n.to_string_lossy().starts_with("kaji-apiserver")))
+        .unwrap_or(false)
+}
+
+fn kubeconfig(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {server}\n  name: kaji-lab\ncontexts:\n- context:\n    cluster: kaji-lab\n    user: admin\n  name: kaji-lab\ncurrent-context: kaji-lab\nusers:\n- name: admin\n  user: {{}}\n"
+    )
+}
+
+async fn client(server: &str) -> Result<kube::Client> {
+    let config = kube::Config::new(server.parse().context("bad server URL")?);
+    kube::Client::try_from(config).context("cannot build a client")
+}
+
+async fn wait_ready(client: &kube::Client) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.apiserver_version().await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => bail!("apiserver not ready after 30s: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn up(dir: &Path, port: u16, demo: bool) -> Result<()> {
+    if let Some(pid) = read_pid(dir).filter(|p| alive(*p)) {
+        bail!("a lab is already running from {} (apiserver pid {pid}); run `kaji lab down` first", dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let server = format!("http://127.0.0.1:{port}");
+    let pid = step("starting kaji-apiserver (embedded store)", async {
+        let bin = sibling_binary("kaji-apiserver")?;
+        let log = std::fs::File::create(dir.join("apiserver.log"))?;
+        let child = Command::new(bin)
+            .args(["--bind-address", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
+            .arg(dir.join("apiserver-data"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("cannot start kaji-apiserver")?;
+        let pid = child.id() as i32;
+        std::fs::write(pid_file(dir), pid.to_string())?;
+        Ok(pid)
+    })
+    .await?;
+    let c = client(&server).await?;
+    if let Err(e) = step("waiting for the API", wait_ready(&c)).await {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        return Err(e.context(format!("see {}", dir.join("apiserver.log").display())));
+    }
+    let kc = dir.join("kubeconfig");
+    step("writing kubeconfig", async { std::fs::write(&kc, kubeconfig(&server)).context("cannot write kubeconfig") }).await?;
+    if demo {
+        step("applying the demo workload (namespace demo: deployment + service hello)", apply_demo(&c)).await?;
+    }
+    println!("\nkaji lab is up: apiserver {server} (pid {pid}), data in {}", dir.display());
+    println!("  export KUBECONFIG={}", kc.display());
+    println!("  kubectl get all -n demo");
+    println!("  kaji lab down            # stop it (add --purge to delete its data)");
+    println!("\nNote: this lab runs the apiserver only so far — the scheduler, controllers and nodes");
+    println!("join as they are built, so the demo Deployment is stored and served but no pods run yet.");
+    Ok(())
+}
+
+async fn apply_demo(c: &kube::Client) -> Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "demo"}}))?;
+    create_or_keep(Api::<Namespace>::all(c.clone()), ns).await?;
+    let deploy: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hello", "labels": {"app": "hello"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "hello"}},
+                 "template": {"metadata": {"labels": {"app": "hello"}},
+                              "spec": {"containers": [{"name": "hello", "image": "docker.io/library/busybox:1.36",
+                                        "command": ["httpd", "-f", "-p", "8080"], "ports": [{"containerPort": 8080}]}]}}}
+    }))?;
+    create_or_keep(Api::<Deployment>::namespaced(c.clone(), "demo"), deploy).await?;
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hello"},
+        "spec": {"selector": {"app": "hello"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    }))?;
+    create_or_keep(Api::<Service>::namespaced(c.clone(), "demo"), svc).await
+}
+
+async fn create_or_keep<K>(api: Api<K>, obj: K) -> Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn status(dir: &Path) -> Result<()> {
+    match read_pid(dir) {
+        Some(pid) if alive(pid) => {
+            let port = std::fs::read_to_string(dir.join("kubeconfig"))
+                .ok()
+                .and_then(|k| k.lines().find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string)))
+                .unwrap_or_default();
+            let ready = match client(&port).await {
+                Ok(c) => c.apiserver_version().await.is_ok(),
+                Err(_) => false,
+            };
+            println!("apiserver: running (pid {pid}), {}", if ready { "ready" } else { "not answering" });
+            println!("kubeconfig: {}", dir.join("kubeconfig").display());
+            Ok(())
+        }
+        _ => {
+            println!("no lab running from {}", dir.display());
+            Ok(())
+        }
+    }
+}
+
+fn down(dir: &Path, purge: bool) -> Result<()> {
+    if let Some(pid) = read_pid(dir) {
+        if alive(pid) {
+            eprint!("stopping kaji-apiserver (pid {pid}) ... ");
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).context("cannot signal the apiserver")?;
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while alive(pid) && Instant::now() < deadline {
+                // Reap it if it is our child (it is not, after `up` returned): just poll.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if alive(pid) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                eprintln!("killed after 15s");
+            } else {
+                eprintln!("done");
+            }
+        }
+        let _ = std::fs::remove_file(pid_file(dir));
+    } else {
+        eprintln!("no lab running from {}", dir.display());
+    }
+    if purge && dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+        eprintln!("removed {}", dir.display());
+    }
+    Ok(())
+}
