@@ -92,12 +92,16 @@ impl ResourceInfo {
         self.subresources.contains(&sub)
     }
 
-    /// Whether objects of this kind carry a `spec` whose changes bump `metadata.generation`.
-    pub fn has_spec(&self) -> bool {
-        !matches!(
-            self.kind,
-            "ConfigMap" | "Secret" | "ServiceAccount" | "Endpoints" | "Event" | "EndpointSlice"
-        )
+    /// Whether the API sets `metadata.generation` and bumps it on spec changes (as Kubernetes
+    /// does for workload controllers' objects, not for plain data or leases).
+    pub fn tracks_generation(&self) -> bool {
+        matches!(self.kind, "Deployment" | "ReplicaSet")
+    }
+
+    /// Whether DELETE answers with the deleted object (Kubernetes' ReturnDeletedObject) rather
+    /// than a Success Status.
+    pub fn returns_deleted_object(&self) -> bool {
+        matches!(self.kind, "Pod" | "Service" | "Namespace")
     }
 }
 

@@ -348,11 +348,8 @@ async fn deleting_a_config_map_answers_with_a_success_status() -> anyhow::Result
         within(config_maps.get_opt("settings")).await??.is_none(),
         "the config map is gone"
     );
-    // SERVER BUG: DELETE /api/v1/namespaces/default/configmaps/settings answers 200 with the
-    // deleted ConfigMap. Kubernetes returns the object only for resources whose registry sets
-    // ReturnDeletedObject (pods, services, namespaces); for config maps (and deployments,
-    // replica sets, ...) it answers `{"kind":"Status","status":"Success","details":{"name":..,
-    // "kind":"configmaps","uid":..}}`, which kube-rs surfaces as `Either::Right`.
+    // Kubernetes returns the object only for resources with ReturnDeletedObject (pods,
+    // services, namespaces); for config maps it answers a Success Status.
     let status = answer
         .right()
         .context("deleting a config map answers with a Status, not the object")?;

@@ -116,6 +116,8 @@ pub async fn delete_collection(s: &Shared, info: &'static ResourceInfo, ns: Opti
     let mut items = Vec::new();
     for o in res.items {
         match s.registry.delete(info, o.namespace.as_deref(), &o.name, opts).await {
+            // A Success Status stands for the deleted object; the list carries the object.
+            Ok(out) if out.body["kind"] == "Status" => items.push(o.value()),
             Ok(out) => items.push(out.body),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),

@@ -193,3 +193,46 @@ async fn pump(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Map;
+
+    fn obj(app: &str) -> Arc<CachedObject> {
+        let mut labels = Map::new();
+        labels.insert("app".into(), app.into());
+        Arc::new(CachedObject {
+            key: "/registry/pods/default/p".into(),
+            namespace: Some("default".into()),
+            name: "p".into(),
+            rv: 1,
+            labels: Some(labels),
+            fields: vec![],
+            json: Bytes::from_static(b"{}"),
+        })
+    }
+
+    fn filter(sel: &str) -> Filter {
+        Filter { ns: Some("default".into()), labels: LabelSelector::parse(sel).expect("selector"), fields: FieldSelector::default() }
+    }
+
+    fn modified(from: &str, to: &str) -> WatchEvent {
+        WatchEvent { kind: WatchEventType::Modified, rev: 2, object: obj(to), prev: Some(obj(from)) }
+    }
+
+    #[test]
+    fn an_object_leaving_the_selector_is_deleted_for_that_watcher() {
+        let f = filter("app=web");
+        assert_eq!(f.view(&modified("web", "db")), Some(WatchEventType::Deleted));
+        assert_eq!(f.view(&modified("db", "web")), Some(WatchEventType::Added));
+        assert_eq!(f.view(&modified("web", "web")), Some(WatchEventType::Modified));
+        assert_eq!(f.view(&modified("db", "db")), None);
+    }
+
+    #[test]
+    fn other_namespaces_are_not_seen() {
+        let f = Filter { ns: Some("kube-system".into()), labels: LabelSelector::default(), fields: FieldSelector::default() };
+        assert_eq!(f.view(&modified("web", "web")), None);
+    }
+}

@@ -95,6 +95,16 @@ fn with_rv(mut obj: Value, rev: u64) -> Value {
     obj
 }
 
+/// What an immediate DELETE answers: the object for pods/services/namespaces, else a Status.
+fn deleted_body(info: &ResourceInfo, obj: Value) -> Value {
+    if info.returns_deleted_object() {
+        return obj;
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+           "details": {"name": meta::name(&obj), "group": info.group, "kind": info.plural,
+                       "uid": meta_str(&obj, "uid").unwrap_or("")}})
+}
+
 fn parse_rv(s: &str) -> Option<u64> {
     s.parse().ok()
 }
@@ -234,7 +244,7 @@ impl Registry {
             }
             m.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
             m.insert("creationTimestamp".into(), meta::timestamp(meta::now()).into());
-            if info.has_spec() {
+            if info.tracks_generation() {
                 m.insert("generation".into(), 1.into());
             } else {
                 m.remove("generation");
@@ -370,7 +380,7 @@ impl Registry {
             }
         }
         defaults::apply_defaults(info.kind, &mut new);
-        if info.has_spec() && meta::spec_part(&new) != meta::spec_part(old) {
+        if info.tracks_generation() && meta::spec_part(&new) != meta::spec_part(old) {
             let g = meta::generation(old) + 1;
             meta_mut(&mut new).insert("generation".into(), g.into());
         }
@@ -539,11 +549,11 @@ impl Registry {
             }
         }
         if opts.dry_run {
-            return Ok(Outcome { code: 200, body: old, warnings: vec![] });
+            return Ok(Outcome { code: 200, body: deleted_body(info, old), warnings: vec![] });
         }
         let (rev, _) = self.store.delete(&info.key(ns, name), Some(kv.mod_revision)).map_err(|e| self.store_err(info, name, e))?;
         self.after_delete(info, &old);
-        Ok(Outcome { code: 200, body: with_rv(old, rev), warnings: vec![] })
+        Ok(Outcome { code: 200, body: deleted_body(info, with_rv(old, rev)), warnings: vec![] })
     }
 
     fn after_delete(&self, info: &ResourceInfo, old: &Value) {
