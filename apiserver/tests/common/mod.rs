@@ -17,6 +17,11 @@ pub struct ApiServer {
 impl ApiServer {
     /// Start the binary on a free loopback port with `data_dir`, and wait until it serves.
     pub fn start(data_dir: &Path) -> Self {
+        Self::start_with(data_dir, &[])
+    }
+
+    /// Same, with extra flags.
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> Self {
         let addr_file = data_dir.with_extension("addr");
         let _ = std::fs::remove_file(&addr_file);
         let child = Command::new(env!("CARGO_BIN_EXE_kaji-apiserver"))
@@ -24,6 +29,7 @@ impl ApiServer {
             .arg(data_dir)
             .arg("--address-file")
             .arg(&addr_file)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
