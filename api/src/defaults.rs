@@ -81,10 +81,7 @@ fn child_of<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<
 
 /// The elements of the array at `key` (nothing when absent or not an array).
 fn items<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
-    v.get_mut(key)
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
+    v.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten()
 }
 
 fn with_map(v: &mut Value, f: impl FnOnce(&mut Map<String, Value>)) {
@@ -130,29 +127,16 @@ fn default_pod(pod: &mut Value) {
     // SetDefaults_Pod (not applied to templates).
     default_value(spec, "enableServiceLinks", json!(true));
     for key in ["containers", "initContainers"] {
-        for c in spec
-            .get_mut(key)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
+        for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
             with_map(c, default_requests_from_limits);
         }
     }
     if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
         for key in ["containers", "initContainers"] {
-            for c in spec
-                .get_mut(key)
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
+            for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
                 for port in items(c, "ports") {
                     with_map(port, |p| {
-                        if p.get("hostPort")
-                            .and_then(Value::as_i64)
-                            .is_none_or(|n| n == 0)
-                        {
+                        if p.get("hostPort").and_then(Value::as_i64).is_none_or(|n| n == 0) {
                             if let Some(cp) = p.get("containerPort").cloned() {
                                 p.insert("hostPort".to_string(), cp);
                             }
@@ -164,10 +148,7 @@ fn default_pod(pod: &mut Value) {
     }
 
     // ServiceAccount admission (and the deprecated serviceAccount alias the v1 API mirrors).
-    let sa = match (
-        get_str(spec, "serviceAccountName"),
-        get_str(spec, "serviceAccount"),
-    ) {
+    let sa = match (get_str(spec, "serviceAccountName"), get_str(spec, "serviceAccount")) {
         ("", "") => "default".to_string(),
         ("", legacy) => legacy.to_string(),
         (name, _) => name.to_string(),
@@ -206,43 +187,25 @@ fn default_pod_spec(spec: &mut Map<String, Value>) {
     default_value(spec, "terminationGracePeriodSeconds", json!(30));
     default_str(spec, "schedulerName", "default-scheduler");
     for key in ["containers", "initContainers", "ephemeralContainers"] {
-        for c in spec
-            .get_mut(key)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
+        for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
             with_map(c, default_container);
         }
     }
-    for vol in spec
-        .get_mut("volumes")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
+    for vol in spec.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
         with_map(vol, default_volume);
     }
 }
 
 fn default_container(c: &mut Map<String, Value>) {
     if get_str(c, "imagePullPolicy").is_empty() {
-        let policy = if image_tag(get_str(c, "image")).as_deref() == Some("latest") {
-            "Always"
-        } else {
-            "IfNotPresent"
-        };
+        let policy =
+            if image_tag(get_str(c, "image")).as_deref() == Some("latest") { "Always" } else { "IfNotPresent" };
         c.insert("imagePullPolicy".to_string(), json!(policy));
     }
     default_str(c, "terminationMessagePath", "/dev/termination-log");
     default_str(c, "terminationMessagePolicy", "File");
     default_value(c, "resources", json!({}));
-    for port in c
-        .get_mut("ports")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
+    for port in c.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
         with_map(port, |p| default_str(p, "protocol", "TCP"));
     }
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
@@ -261,16 +224,8 @@ fn default_container(c: &mut Map<String, Value>) {
             }
         }
     }
-    for env in c
-        .get_mut("env")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        let field_ref = env
-            .get_mut("valueFrom")
-            .and_then(|v| v.get_mut("fieldRef"))
-            .and_then(Value::as_object_mut);
+    for env in c.get_mut("env").and_then(Value::as_array_mut).into_iter().flatten() {
+        let field_ref = env.get_mut("valueFrom").and_then(|v| v.get_mut("fieldRef")).and_then(Value::as_object_mut);
         if let Some(f) = field_ref {
             default_str(f, "apiVersion", "v1");
         }
@@ -350,10 +305,7 @@ fn default_volume(vol: &mut Map<String, Value>) {
         default_field_refs(d);
     }
     for source in items_of(vol.get_mut("projected"), "sources") {
-        if let Some(t) = source
-            .get_mut("serviceAccountToken")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(t) = source.get_mut("serviceAccountToken").and_then(Value::as_object_mut) {
             default_value(t, "expirationSeconds", json!(3600));
         }
         if let Some(d) = source.get_mut("downwardAPI") {
@@ -363,10 +315,7 @@ fn default_volume(vol: &mut Map<String, Value>) {
 }
 
 fn items_of<'a>(v: Option<&'a mut Value>, key: &str) -> impl Iterator<Item = &'a mut Value> {
-    v.and_then(|v| v.get_mut(key))
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
+    v.and_then(|v| v.get_mut(key)).and_then(Value::as_array_mut).into_iter().flatten()
 }
 
 fn default_field_refs(downward: &mut Value) {
@@ -402,10 +351,7 @@ fn default_toleration_seconds(spec: &mut Map<String, Value>) {
     let Some(tolerations) = slot.as_array_mut() else {
         return;
     };
-    for taint in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    ] {
+    for taint in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
         let tolerated = tolerations.iter().any(|t| {
             let key = t.get("key").and_then(Value::as_str).unwrap_or("");
             let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
@@ -468,9 +414,7 @@ fn qos_class(spec: &Map<String, Value>) -> &'static str {
         return "BestEffort";
     }
     if guaranteed {
-        guaranteed = requests
-            .iter()
-            .all(|(n, r)| limits.iter().any(|(ln, l)| ln == n && l == r));
+        guaranteed = requests.iter().all(|(n, r)| limits.iter().any(|(ln, l)| ln == n && l == r));
     }
     if guaranteed && requests.len() == limits.len() {
         "Guaranteed"
@@ -508,25 +452,16 @@ fn default_service(obj: &mut Value) {
     };
     default_str(spec, "sessionAffinity", "None");
     if get_str(spec, "sessionAffinity") == "ClientIP" {
-        let timeout = spec
-            .get("sessionAffinityConfig")
-            .and_then(|c| c.get("clientIP"))
-            .and_then(|c| c.get("timeoutSeconds"));
+        let timeout =
+            spec.get("sessionAffinityConfig").and_then(|c| c.get("clientIP")).and_then(|c| c.get("timeoutSeconds"));
         if is_unset(timeout) {
-            if let Some(cip) =
-                child_of(spec, "sessionAffinityConfig").and_then(|c| child_of(c, "clientIP"))
-            {
+            if let Some(cip) = child_of(spec, "sessionAffinityConfig").and_then(|c| child_of(c, "clientIP")) {
                 cip.insert("timeoutSeconds".to_string(), json!(10800));
             }
         }
     }
     default_str(spec, "type", "ClusterIP");
-    for port in spec
-        .get_mut("ports")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
+    for port in spec.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
         with_map(port, |p| {
             default_str(p, "protocol", "TCP");
             let unset = match p.get("targetPort") {
@@ -543,10 +478,7 @@ fn default_service(obj: &mut Value) {
         });
     }
     let ty = get_str(spec, "type").to_string();
-    let has_external_ips = spec
-        .get("externalIPs")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
+    let has_external_ips = spec.get("externalIPs").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     if ty == "NodePort" || ty == "LoadBalancer" || (ty == "ClusterIP" && has_external_ips) {
         default_str(spec, "externalTrafficPolicy", "Cluster");
     }
@@ -563,30 +495,20 @@ fn default_service(obj: &mut Value) {
 fn default_ip_families(spec: &mut Map<String, Value>) {
     let cluster_ip = get_str(spec, "clusterIP");
     let headless = cluster_ip == "None";
-    let selectorless = spec
-        .get("selector")
-        .and_then(Value::as_object)
-        .is_none_or(Map::is_empty);
+    let selectorless = spec.get("selector").and_then(Value::as_object).is_none_or(Map::is_empty);
     if headless && selectorless {
         default_value(spec, "ipFamilyPolicy", json!("RequireDualStack"));
         default_value(spec, "ipFamilies", json!(["IPv4", "IPv6"]));
         return;
     }
-    let family = if cluster_ip.contains(':') {
-        "IPv6"
-    } else {
-        "IPv4"
-    };
+    let family = if cluster_ip.contains(':') { "IPv6" } else { "IPv4" };
     default_value(spec, "ipFamilyPolicy", json!("SingleStack"));
     default_value(spec, "ipFamilies", json!([family]));
 }
 
 fn default_namespace(obj: &mut Value) {
     let Some(m) = obj.as_object_mut() else { return };
-    let deleting = m
-        .get("metadata")
-        .and_then(|md| md.get("deletionTimestamp"))
-        .is_some_and(|d| !d.is_null());
+    let deleting = m.get("metadata").and_then(|md| md.get("deletionTimestamp")).is_some_and(|d| !d.is_null());
     if let Some(meta) = child_of(m, "metadata") {
         let name = get_str(meta, "name").to_string();
         if !name.is_empty() {
@@ -647,10 +569,7 @@ mod tests {
                    "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
         );
         assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
-        assert_eq!(
-            p["status"],
-            json!({"phase": "Pending", "qosClass": "BestEffort"})
-        );
+        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
     }
 
     #[test]
@@ -680,14 +599,8 @@ mod tests {
             ("registry:5000/nginx:1", "IfNotPresent"),
             ("nginx@sha256:abc", "IfNotPresent"),
         ] {
-            let p = defaulted(
-                "Pod",
-                json!({"spec": {"containers": [{"name": "a", "image": image}]}}),
-            );
-            assert_eq!(
-                p["spec"]["containers"][0]["imagePullPolicy"], policy,
-                "{image}"
-            );
+            let p = defaulted("Pod", json!({"spec": {"containers": [{"name": "a", "image": image}]}}));
+            assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], policy, "{image}");
         }
     }
 
@@ -706,35 +619,20 @@ mod tests {
                 {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
             ])
         );
-        let all = defaulted(
-            "Pod",
-            json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
-        );
+        let all = defaulted("Pod", json!({"spec": {"tolerations": [{"operator": "Exists"}]}}));
         assert_eq!(all["spec"]["tolerations"], json!([{"operator": "Exists"}]));
     }
 
     #[test]
     fn qos_class_follows_requests_and_limits() {
         let qos = |res: Value| {
-            let p = defaulted(
-                "Pod",
-                json!({"spec": {"containers": [{"name": "a", "image": "x", "resources": res}]}}),
-            );
+            let p = defaulted("Pod", json!({"spec": {"containers": [{"name": "a", "image": "x", "resources": res}]}}));
             p["status"]["qosClass"].clone()
         };
         assert_eq!(qos(json!({})), "BestEffort");
-        assert_eq!(
-            qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}})),
-            "Guaranteed"
-        );
-        assert_eq!(
-            qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m"}})),
-            "Guaranteed"
-        );
-        assert_eq!(
-            qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}})),
-            "Burstable"
-        );
+        assert_eq!(qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}})), "Guaranteed");
+        assert_eq!(qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m"}})), "Guaranteed");
+        assert_eq!(qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}})), "Burstable");
         assert_eq!(qos(json!({"requests": {"memory": "64Mi"}})), "Burstable");
         assert_eq!(qos(json!({"limits": {"cpu": "1"}})), "Burstable");
     }
@@ -746,18 +644,13 @@ mod tests {
             json!({"spec": {"containers": [{"name": "a", "image": "x",
             "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Mi"}}}]}}),
         );
-        assert_eq!(
-            p["spec"]["containers"][0]["resources"]["requests"],
-            json!({"cpu": "1", "memory": "1Mi"})
-        );
+        assert_eq!(p["spec"]["containers"][0]["resources"]["requests"], json!({"cpu": "1", "memory": "1Mi"}));
         let rs = defaulted(
             "ReplicaSet",
             json!({"spec": {"template": {"spec": {"containers": [
             {"name": "a", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}}}}),
         );
-        assert!(rs["spec"]["template"]["spec"]["containers"][0]["resources"]
-            .get("requests")
-            .is_none());
+        assert!(rs["spec"]["template"]["spec"]["containers"][0]["resources"].get("requests").is_none());
     }
 
     #[test]
@@ -794,10 +687,7 @@ mod tests {
         assert!(t.get("serviceAccountName").is_none());
         assert!(t.get("tolerations").is_none());
         assert!(t.get("priority").is_none());
-        let recreate = defaulted(
-            "Deployment",
-            json!({"spec": {"strategy": {"type": "Recreate"}}}),
-        );
+        let recreate = defaulted("Deployment", json!({"spec": {"strategy": {"type": "Recreate"}}}));
         assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
     }
 
@@ -810,27 +700,18 @@ mod tests {
         let spec = &s["spec"];
         assert_eq!(spec["type"], "ClusterIP");
         assert_eq!(spec["sessionAffinity"], "None");
-        assert_eq!(
-            spec["ports"][0],
-            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
-        );
+        assert_eq!(spec["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
         assert_eq!(spec["ports"][1]["targetPort"], "https");
         assert_eq!(spec["internalTrafficPolicy"], "Cluster");
         assert_eq!(spec["ipFamilies"], json!(["IPv4"]));
         assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
         assert!(spec.get("externalTrafficPolicy").is_none());
 
-        let np = defaulted(
-            "Service",
-            json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
-        );
+        let np = defaulted("Service", json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}));
         assert_eq!(np["spec"]["externalTrafficPolicy"], "Cluster");
         assert_eq!(np["spec"]["allocateLoadBalancerNodePorts"], true);
 
-        let ext = defaulted(
-            "Service",
-            json!({"spec": {"type": "ExternalName", "externalName": "example.com"}}),
-        );
+        let ext = defaulted("Service", json!({"spec": {"type": "ExternalName", "externalName": "example.com"}}));
         assert!(ext["spec"].get("ipFamilies").is_none());
         assert!(ext["spec"].get("ipFamilyPolicy").is_none());
         assert!(ext["spec"].get("internalTrafficPolicy").is_none());
@@ -841,10 +722,7 @@ mod tests {
         let ns = defaulted("Namespace", json!({"metadata": {"name": "team-a"}}));
         assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
         assert_eq!(ns["status"]["phase"], "Active");
-        assert_eq!(
-            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
-            "team-a"
-        );
+        assert_eq!(ns["metadata"]["labels"]["kubernetes.io/metadata.name"], "team-a");
         let deleting = defaulted(
             "Namespace",
             json!({"metadata": {"name": "a", "deletionTimestamp": "2024-01-01T00:00:00Z"},
@@ -860,25 +738,14 @@ mod tests {
         let ep = defaulted("Endpoints", json!({"subsets": [{"ports": [{"port": 80}]}]}));
         assert_eq!(ep["subsets"][0]["ports"][0]["protocol"], "TCP");
         let es = defaulted("EndpointSlice", json!({"ports": [{"port": 80}]}));
-        assert_eq!(
-            es["ports"][0],
-            json!({"port": 80, "protocol": "TCP", "name": ""})
-        );
+        assert_eq!(es["ports"][0], json!({"port": 80, "protocol": "TCP", "name": ""}));
     }
 
     #[test]
     fn defaulting_survives_wrong_shapes() {
-        for kind in [
-            "Pod",
-            "Deployment",
-            "ReplicaSet",
-            "Service",
-            "Namespace",
-            "Secret",
-            "Endpoints",
-            "EndpointSlice",
-            "Node",
-        ] {
+        for kind in
+            ["Pod", "Deployment", "ReplicaSet", "Service", "Namespace", "Secret", "Endpoints", "EndpointSlice", "Node"]
+        {
             let mut v = json!("not an object");
             apply_defaults(kind, &mut v);
             assert_eq!(v, json!("not an object"));

@@ -157,9 +157,7 @@ pub fn groups() -> Vec<&'static str> {
 
 /// Find a resource by group, version and plural name.
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+    RESOURCES.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
 /// Find a resource by kind.

@@ -13,11 +13,7 @@ pub enum SelectorError {
     #[error("invalid label key {key:?}: {reason}")]
     InvalidKey { key: String, reason: String },
     #[error("invalid label value {value:?} for key {key:?}: {reason}")]
-    InvalidValue {
-        key: String,
-        value: String,
-        reason: String,
-    },
+    InvalidValue { key: String, value: String, reason: String },
     #[error("invalid values for key {key:?}: {reason}")]
     InvalidValues { key: String, reason: &'static str },
     #[error("{0:?} is not a valid label selector operator")]
@@ -58,36 +54,23 @@ impl Requirement {
     /// Validates like `labels.NewRequirement`.
     fn new(key: String, op: Op, values: Vec<String>) -> Result<Self> {
         validate_key(&key)?;
-        let invalid = |reason| SelectorError::InvalidValues {
-            key: key.clone(),
-            reason,
-        };
+        let invalid = |reason| SelectorError::InvalidValues { key: key.clone(), reason };
         match op {
             Op::In | Op::NotIn if values.is_empty() => {
-                return Err(invalid(
-                    "for 'in', 'notin' operators, values set can't be empty",
-                ))
+                return Err(invalid("for 'in', 'notin' operators, values set can't be empty"))
             }
             Op::Equals | Op::DoubleEquals | Op::NotEquals if values.len() != 1 => {
-                return Err(invalid(
-                    "exact-match compatibility requires one single value",
-                ))
+                return Err(invalid("exact-match compatibility requires one single value"))
             }
             Op::Exists | Op::DoesNotExist if !values.is_empty() => {
-                return Err(invalid(
-                    "values set must be empty for exists and does not exist",
-                ))
+                return Err(invalid("values set must be empty for exists and does not exist"))
             }
             Op::GreaterThan | Op::LessThan => {
                 if values.len() != 1 {
-                    return Err(invalid(
-                        "for 'Gt', 'Lt' operators, exactly one value is required",
-                    ));
+                    return Err(invalid("for 'Gt', 'Lt' operators, exactly one value is required"));
                 }
                 if values.iter().any(|v| v.parse::<i64>().is_err()) {
-                    return Err(invalid(
-                        "for 'Gt', 'Lt' operators, the value must be an integer",
-                    ));
+                    return Err(invalid("for 'Gt', 'Lt' operators, the value must be an integer"));
                 }
             }
             _ => {}
@@ -100,9 +83,7 @@ impl Requirement {
 
     fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         // Label values are strings once validated; anything else compares as "".
-        let found = labels
-            .and_then(|l| l.get(&self.key))
-            .map(|v| v.as_str().unwrap_or(""));
+        let found = labels.and_then(|l| l.get(&self.key)).map(|v| v.as_str().unwrap_or(""));
         let has = |v: &str| self.values.iter().any(|x| x == v);
         match self.op {
             Op::In | Op::Equals | Op::DoubleEquals => found.is_some_and(has),
@@ -110,10 +91,9 @@ impl Requirement {
             Op::Exists => found.is_some(),
             Op::DoesNotExist => found.is_none(),
             Op::GreaterThan | Op::LessThan => {
-                let (Some(Ok(have)), Some(Ok(want))) = (
-                    found.map(str::parse::<i64>),
-                    self.values.first().map(|v| v.parse::<i64>()),
-                ) else {
+                let (Some(Ok(have)), Some(Ok(want))) =
+                    (found.map(str::parse::<i64>), self.values.first().map(|v| v.parse::<i64>()))
+                else {
                     return false;
                 };
                 if self.op == Op::GreaterThan {
@@ -178,14 +158,8 @@ impl LabelSelector {
             None | Some(Value::Null) => {}
             Some(Value::Object(labels)) => {
                 for (key, value) in labels {
-                    let value = value.as_str().ok_or(SelectorError::Malformed(
-                        "matchLabels values must be strings",
-                    ))?;
-                    requirements.push(Requirement::new(
-                        key.clone(),
-                        Op::Equals,
-                        vec![value.to_owned()],
-                    )?);
+                    let value = value.as_str().ok_or(SelectorError::Malformed("matchLabels values must be strings"))?;
+                    requirements.push(Requirement::new(key.clone(), Op::Equals, vec![value.to_owned()])?);
                 }
             }
             Some(_) => return Err(SelectorError::Malformed("matchLabels must be an object")),
@@ -218,9 +192,7 @@ fn expression(expr: &Value) -> Result<Requirement> {
     let key = expr
         .get("key")
         .and_then(Value::as_str)
-        .ok_or(SelectorError::Malformed(
-            "matchExpressions[].key must be a string",
-        ))?;
+        .ok_or(SelectorError::Malformed("matchExpressions[].key must be a string"))?;
     let op = match expr.get("operator").and_then(Value::as_str).unwrap_or("") {
         "In" => Op::In,
         "NotIn" => Op::NotIn,
@@ -234,14 +206,8 @@ fn expression(expr: &Value) -> Result<Requirement> {
             .iter()
             .map(|v| v.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
-            .ok_or(SelectorError::Malformed(
-                "matchExpressions[].values must be strings",
-            ))?,
-        Some(_) => {
-            return Err(SelectorError::Malformed(
-                "matchExpressions[].values must be a list",
-            ))
-        }
+            .ok_or(SelectorError::Malformed("matchExpressions[].values must be strings"))?,
+        Some(_) => return Err(SelectorError::Malformed("matchExpressions[].values must be a list")),
     };
     Requirement::new(key.to_owned(), op, values)
 }
@@ -261,10 +227,7 @@ impl fmt::Display for LabelSelector {
 /// Qualified name: optional DNS-1123 subdomain prefix and `/`, then a name of at most 63
 /// characters (`content.IsLabelKey`).
 fn validate_key(key: &str) -> Result<()> {
-    let invalid = |reason: &str| SelectorError::InvalidKey {
-        key: key.to_owned(),
-        reason: reason.to_owned(),
-    };
+    let invalid = |reason: &str| SelectorError::InvalidKey { key: key.to_owned(), reason: reason.to_owned() };
     let name = match key.split('/').collect::<Vec<_>>()[..] {
         [name] => name,
         [prefix, name] => {
@@ -329,8 +292,7 @@ fn is_label_token(s: &str) -> bool {
         (Some(first), Some(last)) => {
             first.is_ascii_alphanumeric()
                 && last.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+                && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -465,10 +427,7 @@ struct Parser {
 
 impl Parser {
     fn new(s: &str) -> Self {
-        Self {
-            tokens: lex(s),
-            pos: 0,
-        }
+        Self { tokens: lex(s), pos: 0 }
     }
 
     fn peek(&self, values: bool) -> Token {
@@ -497,26 +456,15 @@ impl Parser {
                         Token::Comma => match self.peek(true) {
                             Token::Ident(_) | Token::Bang => {}
                             t => {
-                                return Err(syntax(format!(
-                                    "found '{}', expected: identifier after ','",
-                                    t.literal()
-                                )))
+                                return Err(syntax(format!("found '{}', expected: identifier after ','", t.literal())))
                             }
                         },
-                        t => {
-                            return Err(syntax(format!(
-                                "found '{}', expected: ',' or 'end of string'",
-                                t.literal()
-                            )))
-                        }
+                        t => return Err(syntax(format!("found '{}', expected: ',' or 'end of string'", t.literal()))),
                     }
                 }
                 Token::End => return Ok(requirements),
                 t => {
-                    return Err(syntax(format!(
-                        "found '{}', expected: !, identifier, or 'end of string'",
-                        t.literal()
-                    )))
+                    return Err(syntax(format!("found '{}', expected: !, identifier, or 'end of string'", t.literal())))
                 }
             }
         }
@@ -529,10 +477,7 @@ impl Parser {
             tok = self.next(true);
         }
         let Token::Ident(key) = tok else {
-            return Err(syntax(format!(
-                "found '{}', expected: identifier",
-                tok.literal()
-            )));
+            return Err(syntax(format!("found '{}', expected: identifier", tok.literal())));
         };
         validate_key(&key)?;
         if negated {
@@ -549,12 +494,7 @@ impl Parser {
             Token::NotEquals => Op::NotEquals,
             Token::GreaterThan => Op::GreaterThan,
             Token::LessThan => Op::LessThan,
-            t => {
-                return Err(syntax(format!(
-                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
-                    t.literal()
-                )))
-            }
+            t => return Err(syntax(format!("found '{}', expected: in, notin, =, ==, !=, gt, lt", t.literal()))),
         };
         let values = match op {
             Op::In | Op::NotIn => self.value_set()?,
@@ -582,12 +522,7 @@ impl Parser {
                     return Err(syntax(format!("found '{}', expected: ')'", tok.literal())));
                 }
             }
-            t => {
-                return Err(syntax(format!(
-                    "found '{}', expected: ',', ')' or identifier",
-                    t.literal()
-                )))
-            }
+            t => return Err(syntax(format!("found '{}', expected: ',', ')' or identifier", t.literal()))),
         }
         values.sort();
         values.dedup();
@@ -603,12 +538,7 @@ impl Parser {
                     match self.peek(true) {
                         Token::Comma => {}
                         Token::ClosePar => return Ok(()),
-                        t => {
-                            return Err(syntax(format!(
-                                "found '{}', expected: ',' or ')'",
-                                t.literal()
-                            )))
-                        }
+                        t => return Err(syntax(format!("found '{}', expected: ',' or ')'", t.literal()))),
                     }
                 }
                 Token::Comma => {
@@ -624,12 +554,7 @@ impl Parser {
                         _ => {}
                     }
                 }
-                t => {
-                    return Err(syntax(format!(
-                        "found '{}', expected: ',', or identifier",
-                        t.literal()
-                    )))
-                }
+                t => return Err(syntax(format!("found '{}', expected: ',', or identifier", t.literal()))),
             }
         }
     }
@@ -640,10 +565,7 @@ impl Parser {
         }
         match self.next(true) {
             Token::Ident(v) => Ok(v),
-            t => Err(syntax(format!(
-                "found '{}', expected: identifier",
-                t.literal()
-            ))),
+            t => Err(syntax(format!("found '{}', expected: identifier", t.literal()))),
         }
     }
 }
@@ -680,16 +602,9 @@ impl FieldSelector {
         let mut requirements = Vec::new();
         for term in terms.into_iter().filter(|t| !t.is_empty()) {
             let Some((field, op, raw)) = split_term(term) else {
-                return Err(SelectorError::FieldTerm {
-                    selector: s.to_owned(),
-                    term: term.to_owned(),
-                });
+                return Err(SelectorError::FieldTerm { selector: s.to_owned(), term: term.to_owned() });
             };
-            requirements.push(FieldRequirement {
-                field: field.to_owned(),
-                op,
-                value: unescape(raw)?,
-            });
+            requirements.push(FieldRequirement { field: field.to_owned(), op, value: unescape(raw)? });
         }
         Ok(Self { requirements })
     }
@@ -715,10 +630,7 @@ impl FieldSelector {
 
     /// The value this selector pins `field` to, if it requires `field=value`.
     pub fn exact(&self, field: &str) -> Option<&str> {
-        self.requirements
-            .iter()
-            .find(|r| r.field == field && r.op == FieldOp::Eq)
-            .map(|r| r.value.as_str())
+        self.requirements.iter().find(|r| r.field == field && r.op == FieldOp::Eq).map(|r| r.value.as_str())
     }
 }
 
@@ -729,11 +641,7 @@ impl fmt::Display for FieldSelector {
                 f.write_str(",")?;
             }
             let op = if r.op == FieldOp::Eq { "=" } else { "!=" };
-            let value = r
-                .value
-                .replace('\\', "\\\\")
-                .replace(',', "\\,")
-                .replace('=', "\\=");
+            let value = r.value.replace('\\', "\\\\").replace(',', "\\,").replace('=', "\\=");
             write!(f, "{}{op}{value}", r.field)?;
         }
         Ok(())
@@ -764,11 +672,7 @@ fn split_terms(s: &str) -> Vec<&str> {
 fn split_term(term: &str) -> Option<(&str, FieldOp, &str)> {
     for (i, _) in term.char_indices() {
         let rest = &term[i..];
-        for (op, kind) in [
-            ("!=", FieldOp::NotEq),
-            ("==", FieldOp::Eq),
-            ("=", FieldOp::Eq),
-        ] {
+        for (op, kind) in [("!=", FieldOp::NotEq), ("==", FieldOp::Eq), ("=", FieldOp::Eq)] {
             if let Some(value) = rest.strip_prefix(op) {
                 return Some((&term[..i], kind, value));
             }
@@ -855,9 +759,7 @@ pub fn field_value(kind: &str, obj: &Value, field: &str) -> Option<String> {
             .and_then(|ip| ip.get("ip"))
             .and_then(scalar)
             .or_else(|| at("status.podIP")),
-        ("Event", "source") => at("source.component")
-            .filter(|s| !s.is_empty())
-            .or_else(|| at("reportingComponent")),
+        ("Event", "source") => at("source.component").filter(|s| !s.is_empty()).or_else(|| at("reportingComponent")),
         _ => at(field),
     }
 }
@@ -967,32 +869,15 @@ mod tests {
 
     #[test]
     fn display_is_sorted_by_key_with_sorted_values() {
-        let sel = LabelSelector::parse("tier in (b,a),app=web,!canary,x notin (z),y,n==1,m!=2,g>1")
-            .expect("parses");
-        assert_eq!(
-            sel.to_string(),
-            "app=web,!canary,g>1,m!=2,n==1,tier in (a,b),x notin (z),y"
-        );
+        let sel = LabelSelector::parse("tier in (b,a),app=web,!canary,x notin (z),y,n==1,m!=2,g>1").expect("parses");
+        assert_eq!(sel.to_string(), "app=web,!canary,g>1,m!=2,n==1,tier in (a,b),x notin (z),y");
         assert_eq!(LabelSelector::parse(&sel.to_string()), Ok(sel));
     }
 
     #[test]
     fn invalid_keys_are_rejected() {
-        for s in [
-            "a@b=c",
-            "-a=b",
-            "Example.com/a=b",
-            "/a=b",
-            "a/b/c=d",
-            &format!("{}=x", "k".repeat(64)),
-        ] {
-            assert!(
-                matches!(
-                    LabelSelector::parse(s),
-                    Err(SelectorError::InvalidKey { .. })
-                ),
-                "{s}"
-            );
+        for s in ["a@b=c", "-a=b", "Example.com/a=b", "/a=b", "a/b/c=d", &format!("{}=x", "k".repeat(64))] {
+            assert!(matches!(LabelSelector::parse(s), Err(SelectorError::InvalidKey { .. })), "{s}");
         }
         assert!(LabelSelector::parse("example.com/app-name_1.x=b").is_ok());
     }
@@ -1001,47 +886,20 @@ mod tests {
     fn invalid_values_are_rejected() {
         let long = format!("a={}", "v".repeat(64));
         for s in ["a=-b", "a in (ok,b_)", long.as_str()] {
-            assert!(
-                matches!(
-                    LabelSelector::parse(s),
-                    Err(SelectorError::InvalidValue { .. })
-                ),
-                "{s}"
-            );
+            assert!(matches!(LabelSelector::parse(s), Err(SelectorError::InvalidValue { .. })), "{s}");
         }
     }
 
     #[test]
     fn malformed_syntax_reports_what_was_found() {
         let err = |s| LabelSelector::parse(s).expect_err("must fail").to_string();
-        assert_eq!(
-            err("a in (b"),
-            "unable to parse requirement: found '', expected: ',' or ')'"
-        );
-        assert_eq!(
-            err("a in b)"),
-            "unable to parse requirement: found 'b' expected: '('"
-        );
-        assert_eq!(
-            err("a in ("),
-            "unable to parse requirement: found '', expected: ',', ')' or identifier"
-        );
-        assert_eq!(
-            err("a,"),
-            "unable to parse requirement: found '', expected: identifier after ','"
-        );
-        assert_eq!(
-            err("a b"),
-            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
-        );
-        assert_eq!(
-            err("!a=b"),
-            "unable to parse requirement: found '=', expected: ',' or 'end of string'"
-        );
-        assert_eq!(
-            err("=b"),
-            "unable to parse requirement: found '=', expected: !, identifier, or 'end of string'"
-        );
+        assert_eq!(err("a in (b"), "unable to parse requirement: found '', expected: ',' or ')'");
+        assert_eq!(err("a in b)"), "unable to parse requirement: found 'b' expected: '('");
+        assert_eq!(err("a in ("), "unable to parse requirement: found '', expected: ',', ')' or identifier");
+        assert_eq!(err("a,"), "unable to parse requirement: found '', expected: identifier after ','");
+        assert_eq!(err("a b"), "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt");
+        assert_eq!(err("!a=b"), "unable to parse requirement: found '=', expected: ',' or 'end of string'");
+        assert_eq!(err("=b"), "unable to parse requirement: found '=', expected: !, identifier, or 'end of string'");
     }
 
     #[test]
@@ -1056,23 +914,14 @@ mod tests {
             ]
         }))
         .expect("valid selector");
-        assert_eq!(
-            sel.to_string(),
-            "app=web,!canary,env notin (prod),team,tier in (a,b)"
-        );
-        assert!(sel.matches(Some(&labels(
-            json!({"app": "web", "tier": "a", "team": "x"})
-        ))));
+        assert_eq!(sel.to_string(), "app=web,!canary,env notin (prod),team,tier in (a,b)");
+        assert!(sel.matches(Some(&labels(json!({"app": "web", "tier": "a", "team": "x"})))));
         assert!(!sel.matches(Some(&labels(json!({"app": "web", "tier": "a"})))));
     }
 
     #[test]
     fn from_json_treats_null_and_empty_as_everything() {
-        for v in [
-            Value::Null,
-            json!({}),
-            json!({"matchLabels": null, "matchExpressions": []}),
-        ] {
+        for v in [Value::Null, json!({}), json!({"matchLabels": null, "matchExpressions": []})] {
             let sel = LabelSelector::from_json(&v).expect("valid");
             assert!(sel.is_empty());
             assert!(sel.matches(None));
@@ -1087,26 +936,13 @@ mod tests {
             Err("\"Gt\" is not a valid label selector operator".to_owned())
         );
         let empty = json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]});
-        assert!(matches!(
-            LabelSelector::from_json(&empty),
-            Err(SelectorError::InvalidValues { .. })
-        ));
-        let extra =
-            json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]});
-        assert!(matches!(
-            LabelSelector::from_json(&extra),
-            Err(SelectorError::InvalidValues { .. })
-        ));
+        assert!(matches!(LabelSelector::from_json(&empty), Err(SelectorError::InvalidValues { .. })));
+        let extra = json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]});
+        assert!(matches!(LabelSelector::from_json(&extra), Err(SelectorError::InvalidValues { .. })));
         let not_string = json!({"matchLabels": {"a": 1}});
-        assert!(matches!(
-            LabelSelector::from_json(&not_string),
-            Err(SelectorError::Malformed(_))
-        ));
+        assert!(matches!(LabelSelector::from_json(&not_string), Err(SelectorError::Malformed(_))));
         let bad_key = json!({"matchLabels": {"a b": "c"}});
-        assert!(matches!(
-            LabelSelector::from_json(&bad_key),
-            Err(SelectorError::InvalidKey { .. })
-        ));
+        assert!(matches!(LabelSelector::from_json(&bad_key), Err(SelectorError::InvalidKey { .. })));
     }
 
     fn fields(s: &str) -> FieldSelector {
@@ -1145,18 +981,9 @@ mod tests {
 
     #[test]
     fn field_selector_rejects_bad_escapes_and_terms() {
-        assert_eq!(
-            FieldSelector::parse(r"a=b\x"),
-            Err(SelectorError::FieldEscape(r"\x".to_owned()))
-        );
-        assert_eq!(
-            FieldSelector::parse(r"a=b\"),
-            Err(SelectorError::FieldEscape(r"\".to_owned()))
-        );
-        assert_eq!(
-            FieldSelector::parse("a=b=c"),
-            Err(SelectorError::FieldUnescaped('='))
-        );
+        assert_eq!(FieldSelector::parse(r"a=b\x"), Err(SelectorError::FieldEscape(r"\x".to_owned())));
+        assert_eq!(FieldSelector::parse(r"a=b\"), Err(SelectorError::FieldEscape(r"\".to_owned())));
+        assert_eq!(FieldSelector::parse("a=b=c"), Err(SelectorError::FieldUnescaped('=')));
         assert_eq!(
             FieldSelector::parse("a=b,justname").map_err(|e| e.to_string()),
             Err("invalid selector: 'a=b,justname'; can't understand 'justname'".to_owned())
@@ -1178,51 +1005,24 @@ mod tests {
             "spec": {"nodeName": "n1"},
             "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}]}
         });
-        assert_eq!(
-            field_value("Pod", &pod, "metadata.name").as_deref(),
-            Some("web")
-        );
-        assert_eq!(
-            field_value("Pod", &pod, "status.phase").as_deref(),
-            Some("Running")
-        );
-        assert_eq!(
-            field_value("Pod", &pod, "status.podIP").as_deref(),
-            Some("10.0.0.5")
-        );
-        assert_eq!(
-            field_value("Pod", &pod, "spec.hostNetwork").as_deref(),
-            Some("false")
-        );
+        assert_eq!(field_value("Pod", &pod, "metadata.name").as_deref(), Some("web"));
+        assert_eq!(field_value("Pod", &pod, "status.phase").as_deref(), Some("Running"));
+        assert_eq!(field_value("Pod", &pod, "status.podIP").as_deref(), Some("10.0.0.5"));
+        assert_eq!(field_value("Pod", &pod, "spec.hostNetwork").as_deref(), Some("false"));
         assert_eq!(field_value("Pod", &pod, "spec.schedulerName"), None);
         assert_eq!(field_value("Pod", &pod, "spec.containers"), None);
         let rs = json!({"status": {"replicas": 3}});
-        assert_eq!(
-            field_value("ReplicaSet", &rs, "status.replicas").as_deref(),
-            Some("3")
-        );
+        assert_eq!(field_value("ReplicaSet", &rs, "status.replicas").as_deref(), Some("3"));
         let node = json!({"spec": {"unschedulable": true}});
-        assert_eq!(
-            field_value("Node", &node, "spec.unschedulable").as_deref(),
-            Some("true")
-        );
+        assert_eq!(field_value("Node", &node, "spec.unschedulable").as_deref(), Some("true"));
         let event = json!({"involvedObject": {"kind": "Pod"}, "reportingComponent": "kubelet"});
-        assert_eq!(
-            field_value("Event", &event, "involvedObject.kind").as_deref(),
-            Some("Pod")
-        );
-        assert_eq!(
-            field_value("Event", &event, "source").as_deref(),
-            Some("kubelet")
-        );
+        assert_eq!(field_value("Event", &event, "involvedObject.kind").as_deref(), Some("Pod"));
+        assert_eq!(field_value("Event", &event, "source").as_deref(), Some("kubelet"));
     }
 
     #[test]
     fn supported_fields_extend_the_metadata_fields_per_kind() {
-        assert_eq!(
-            supported_fields("ConfigMap"),
-            vec!["metadata.name", "metadata.namespace"]
-        );
+        assert_eq!(supported_fields("ConfigMap"), vec!["metadata.name", "metadata.namespace"]);
         assert!(supported_fields("Pod").contains(&"status.phase"));
         assert!(supported_fields("Event").contains(&"involvedObject.uid"));
         assert!(supported_fields("Secret").contains(&"type"));

@@ -144,18 +144,10 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         "Endpoints" => vec![name, json!(format_endpoints(o)), age],
         "Event" => event_cells(o, now),
         "Namespace" => vec![name, json!(o.str("status.phase")), age],
-        "ConfigMap" => vec![
-            name,
-            json!(o.map_len("data") + o.map_len("binaryData")),
-            age,
-        ],
+        "ConfigMap" => vec![name, json!(o.map_len("data") + o.map_len("binaryData")), age],
         "Secret" => {
             // stringData is merged into data on write; count the union.
-            let mut keys: Vec<&String> = o
-                .map("data")
-                .keys()
-                .chain(o.map("stringData").keys())
-                .collect();
+            let mut keys: Vec<&String> = o.map("data").keys().chain(o.map("stringData").keys()).collect();
             keys.sort();
             keys.dedup();
             vec![name, json!(o.str("type")), json!(keys.len()), age]
@@ -168,11 +160,7 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
                 .map_or_else(|_| "<invalid>".to_owned(), |s| s.to_string());
             vec![
                 name,
-                json!(format!(
-                    "{}/{}",
-                    o.int("status.readyReplicas"),
-                    o.int_or("spec.replicas", 1)
-                )),
+                json!(format!("{}/{}", o.int("status.readyReplicas"), o.int_or("spec.replicas", 1))),
                 json!(o.int("status.updatedReplicas")),
                 json!(o.int("status.availableReplicas")),
                 age,
@@ -183,12 +171,11 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         }
         "ReplicaSet" => {
             let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
-            let selector =
-                match LabelSelector::from_json(o.get("spec.selector").unwrap_or(&Value::Null)) {
-                    Err(_) => "<error>".to_owned(),
-                    Ok(s) if s.is_empty() => "<none>".to_owned(),
-                    Ok(s) => s.to_string(),
-                };
+            let selector = match LabelSelector::from_json(o.get("spec.selector").unwrap_or(&Value::Null)) {
+                Err(_) => "<error>".to_owned(),
+                Ok(s) if s.is_empty() => "<none>".to_owned(),
+                Ok(s) => s.to_string(),
+            };
             vec![
                 name,
                 json!(o.int_or("spec.replicas", 1)),
@@ -223,15 +210,10 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
             ]
         }
         _ => {
-            let created = o
-                .time("metadata.creationTimestamp")
-                .unwrap_or(Timestamp::MIN);
+            let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
             let created = Timestamp::from_second(created.as_second()).unwrap_or(created);
-            let created = if created == Timestamp::MIN {
-                "0001-01-01T00:00:00Z".to_owned()
-            } else {
-                created.to_string()
-            };
+            let created =
+                if created == Timestamp::MIN { "0001-01-01T00:00:00Z".to_owned() } else { created.to_string() };
             vec![name, json!(created)]
         }
     }
@@ -320,15 +302,11 @@ impl<'a> Obj<'a> {
     }
 
     fn list(self, path: &str) -> &'a [Value] {
-        self.get(path)
-            .and_then(Value::as_array)
-            .map_or(&[], Vec::as_slice)
+        self.get(path).and_then(Value::as_array).map_or(&[], Vec::as_slice)
     }
 
     fn map(self, path: &str) -> &'a Map<String, Value> {
-        self.get(path)
-            .and_then(Value::as_object)
-            .unwrap_or(&EMPTY_MAP)
+        self.get(path).and_then(Value::as_object).unwrap_or(&EMPTY_MAP)
     }
 
     fn map_len(self, path: &str) -> usize {
@@ -336,17 +314,12 @@ impl<'a> Obj<'a> {
     }
 
     fn time(self, path: &str) -> Option<Timestamp> {
-        self.get(path)
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse().ok())
+        self.get(path).and_then(Value::as_str).and_then(|s| s.parse().ok())
     }
 
     /// The `status` of the first condition of `type_` in the list at `path`.
     fn condition(self, path: &str, type_: &str) -> Option<&'a str> {
-        self.list(path)
-            .iter()
-            .find(|c| Obj(c).str("type") == type_)
-            .map(|c| Obj(c).str("status"))
+        self.list(path).iter().find(|c| Obj(c).str("type") == type_).map(|c| Obj(c).str("status"))
     }
 }
 
@@ -374,20 +347,13 @@ fn pod_cells(pod: Obj<'_>, now: Timestamp) -> Vec<Value> {
     }
 
     let init_specs = pod.list("spec.initContainers");
-    let sidecar = |name: &str| {
-        init_specs
-            .iter()
-            .any(|c| Obj(c).str("name") == name && Obj(c).str("restartPolicy") == "Always")
-    };
+    let sidecar =
+        |name: &str| init_specs.iter().any(|c| Obj(c).str("name") == name && Obj(c).str("restartPolicy") == "Always");
     let total = pod.list("spec.containers").len()
-        + init_specs
-            .iter()
-            .filter(|c| Obj(c).str("restartPolicy") == "Always")
-            .count();
+        + init_specs.iter().filter(|c| Obj(c).str("restartPolicy") == "Always").count();
     let mut ready = 0;
     let (mut restarts, mut sidecar_restarts) = (0, 0);
-    let (mut last_restart, mut last_sidecar_restart): (Option<Timestamp>, Option<Timestamp>) =
-        (None, None);
+    let (mut last_restart, mut last_sidecar_restart): (Option<Timestamp>, Option<Timestamp>) = (None, None);
 
     let mut initializing = false;
     for (i, c) in pod.list("status.initContainerStatuses").iter().enumerate() {
@@ -456,10 +422,7 @@ fn pod_cells(pod: Obj<'_>, now: Timestamp) -> Vec<Value> {
         }
     }
 
-    if pod
-        .get("metadata.deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-    {
+    if pod.get("metadata.deletionTimestamp").is_some_and(|t| !t.is_null()) {
         if pod.str("status.reason") == "NodeLost" {
             reason = "Unknown".to_owned();
         } else if phase != "Succeeded" && phase != "Failed" {
@@ -482,9 +445,7 @@ fn pod_cells(pod: Obj<'_>, now: Timestamp) -> Vec<Value> {
     } else {
         let satisfied = gates
             .iter()
-            .filter(|g| {
-                pod.condition("status.conditions", Obj(g).str("conditionType")) == Some("True")
-            })
+            .filter(|g| pod.condition("status.conditions", Obj(g).str("conditionType")) == Some("True"))
             .count();
         format!("{satisfied}/{}", gates.len())
     };
@@ -553,16 +514,9 @@ fn service_cells(svc: Obj<'_>, name: Value, age: Value) -> Vec<Value> {
         "" => "ClusterIP",
         t => t,
     };
-    let cluster_ip = svc
-        .list("spec.clusterIPs")
-        .first()
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| svc.str("spec.clusterIP"));
-    let external: Vec<&str> = svc
-        .list("spec.externalIPs")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let cluster_ip =
+        svc.list("spec.clusterIPs").first().and_then(Value::as_str).unwrap_or_else(|| svc.str("spec.clusterIP"));
+    let external: Vec<&str> = svc.list("spec.externalIPs").iter().filter_map(Value::as_str).collect();
     let external_ip = match type_ {
         "ClusterIP" | "NodePort" if external.is_empty() => "<none>".to_owned(),
         "ClusterIP" | "NodePort" => external.join(","),
@@ -616,10 +570,7 @@ fn service_cells(svc: Obj<'_>, name: Value, age: Value) -> Vec<Value> {
 
 /// `labels.FormatLabels`: sorted `k=v` pairs, or `<none>`.
 fn format_labels(labels: &Map<String, Value>) -> String {
-    let mut pairs: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-        .collect();
+    let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
     pairs.sort();
     none_if_empty(&pairs.join(",")).to_owned()
 }
@@ -793,11 +744,7 @@ mod tests {
             "EndpointSlice",
             "Widget",
         ] {
-            assert_eq!(
-                cells(kind, &obj, now()).len(),
-                columns(kind).len(),
-                "{kind}"
-            );
+            assert_eq!(cells(kind, &obj, now()).len(), columns(kind).len(), "{kind}");
         }
     }
 
@@ -818,8 +765,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_print_the_creation_time() {
-        let obj =
-            json!({"metadata": {"name": "w1", "creationTimestamp": "2025-01-01T11:00:00.5Z"}});
+        let obj = json!({"metadata": {"name": "w1", "creationTimestamp": "2025-01-01T11:00:00.5Z"}});
         assert_eq!(cell_strings("Widget", &obj), ["w1", "2025-01-01T11:00:00Z"]);
     }
 
@@ -844,17 +790,7 @@ mod tests {
     fn running_pod_prints_like_kubectl() {
         assert_eq!(
             cell_strings("Pod", &running_pod()),
-            [
-                "nginx",
-                "1/1",
-                "Running",
-                "0",
-                "60m",
-                "10.244.0.5",
-                "node1",
-                "<none>",
-                "<none>"
-            ]
+            ["nginx", "1/1", "Running", "0", "60m", "10.244.0.5", "node1", "<none>", "<none>"]
         );
     }
 
@@ -889,10 +825,7 @@ mod tests {
             ]}, "spec": {"containers": [{"name": "a"}]}})
         };
         let status = |t| cell_strings("Pod", &with_state(t))[2].clone();
-        assert_eq!(
-            status(json!({"exitCode": 0, "reason": "Completed"})),
-            "Completed"
-        );
+        assert_eq!(status(json!({"exitCode": 0, "reason": "Completed"})), "Completed");
         assert_eq!(status(json!({"exitCode": 137, "signal": 9})), "Signal:9");
         assert_eq!(status(json!({"exitCode": 2})), "ExitCode:2");
     }
@@ -939,31 +872,22 @@ mod tests {
 
     #[test]
     fn init_containers_report_progress_and_failures() {
-        let done =
-            json!({"name": "setup", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}});
+        let done = json!({"name": "setup", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}});
         let running = json!({"name": "migrate", "restartCount": 0, "state": {"running": {}}});
         let c = cell_strings("Pod", &init_pod(json!([done.clone(), running])));
         assert_eq!(c[1..5], ["0/1", "Init:1/2", "0", "60s"]);
 
         let failed = json!({"name": "migrate", "restartCount": 3,
                             "state": {"terminated": {"exitCode": 1, "reason": "Error"}}});
-        assert_eq!(
-            cell_strings("Pod", &init_pod(json!([done.clone(), failed])))[2..4],
-            ["Init:Error", "3"]
-        );
+        assert_eq!(cell_strings("Pod", &init_pod(json!([done.clone(), failed])))[2..4], ["Init:Error", "3"]);
 
         let backoff = json!({"name": "migrate", "restartCount": 4,
                              "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
-        assert_eq!(
-            cell_strings("Pod", &init_pod(json!([done.clone(), backoff])))[2],
-            "Init:CrashLoopBackOff"
-        );
+        assert_eq!(cell_strings("Pod", &init_pod(json!([done.clone(), backoff])))[2], "Init:CrashLoopBackOff");
 
-        let killed = json!({"name": "migrate", "restartCount": 0, "state": {"terminated": {"exitCode": 137, "signal": 9}}});
-        assert_eq!(
-            cell_strings("Pod", &init_pod(json!([done, killed])))[2],
-            "Init:Signal:9"
-        );
+        let killed =
+            json!({"name": "migrate", "restartCount": 0, "state": {"terminated": {"exitCode": 137, "signal": 9}}});
+        assert_eq!(cell_strings("Pod", &init_pod(json!([done, killed])))[2], "Init:Signal:9");
     }
 
     #[test]
@@ -979,10 +903,8 @@ mod tests {
     #[test]
     fn readiness_gates_count_true_conditions() {
         let mut pod = running_pod();
-        pod["spec"]["readinessGates"] =
-            json!([{"conditionType": "a/lb"}, {"conditionType": "b/x"}]);
-        pod["status"]["conditions"] =
-            json!([{"type": "Ready", "status": "True"}, {"type": "a/lb", "status": "True"}]);
+        pod["spec"]["readinessGates"] = json!([{"conditionType": "a/lb"}, {"conditionType": "b/x"}]);
+        pod["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}, {"type": "a/lb", "status": "True"}]);
         assert_eq!(cell_strings("Pod", &pod)[8], "1/2");
     }
 
@@ -1023,14 +945,8 @@ mod tests {
     fn node_status_reflects_the_ready_condition() {
         let node = |conditions: Value| json!({"status": {"conditions": conditions}});
         let status = |n: &Value| cell_strings("Node", n)[1].clone();
-        assert_eq!(
-            status(&node(json!([{"type": "Ready", "status": "False"}]))),
-            "NotReady"
-        );
-        assert_eq!(
-            status(&node(json!([{"type": "Ready", "status": "Unknown"}]))),
-            "NotReady"
-        );
+        assert_eq!(status(&node(json!([{"type": "Ready", "status": "False"}]))), "NotReady");
+        assert_eq!(status(&node(json!([{"type": "Ready", "status": "Unknown"}]))), "NotReady");
         assert_eq!(status(&node(json!([]))), "Unknown");
         let bare = cell_strings("Node", &json!({}));
         assert_eq!(bare[2], "<none>");
@@ -1050,31 +966,16 @@ mod tests {
         });
         assert_eq!(
             cell_strings("Service", &svc),
-            [
-                "web",
-                "NodePort",
-                "10.96.0.10",
-                "<none>",
-                "80:30080/TCP,53:30053/UDP",
-                "2m",
-                "app=web,tier=front"
-            ]
+            ["web", "NodePort", "10.96.0.10", "<none>", "80:30080/TCP,53:30053/UDP", "2m", "app=web,tier=front"]
         );
     }
 
     #[test]
     fn service_external_ips_depend_on_type() {
-        let external = |spec: Value, status: Value| {
-            cell_strings("Service", &json!({"spec": spec, "status": status}))[3].clone()
-        };
-        assert_eq!(
-            external(json!({"externalIPs": ["1.2.3.4"]}), json!({})),
-            "1.2.3.4"
-        );
-        assert_eq!(
-            external(json!({"type": "LoadBalancer"}), json!({})),
-            "<pending>"
-        );
+        let external =
+            |spec: Value, status: Value| cell_strings("Service", &json!({"spec": spec, "status": status}))[3].clone();
+        assert_eq!(external(json!({"externalIPs": ["1.2.3.4"]}), json!({})), "1.2.3.4");
+        assert_eq!(external(json!({"type": "LoadBalancer"}), json!({})), "<pending>");
         assert_eq!(
             external(
                 json!({"type": "LoadBalancer", "externalIPs": ["9.9.9.9"]}),
@@ -1082,17 +983,8 @@ mod tests {
             ),
             "5.6.7.8,lb.example,9.9.9.9"
         );
-        assert_eq!(
-            external(
-                json!({"type": "ExternalName", "externalName": "db.example"}),
-                json!({})
-            ),
-            "db.example"
-        );
-        let headless = cell_strings(
-            "Service",
-            &json!({"spec": {"clusterIP": "None", "ports": []}}),
-        );
+        assert_eq!(external(json!({"type": "ExternalName", "externalName": "db.example"}), json!({})), "db.example");
+        let headless = cell_strings("Service", &json!({"spec": {"clusterIP": "None", "ports": []}}));
         assert_eq!(headless[1..5], ["ClusterIP", "None", "<none>", "<none>"]);
         assert_eq!(headless[6], "<none>");
     }
@@ -1103,15 +995,9 @@ mod tests {
             "addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}, {"ip": "10.0.0.3"}, {"ip": "fd00::4"}],
             "ports": [{"port": 80}]
         }]});
-        assert_eq!(
-            cell_strings("Endpoints", &ep)[1],
-            "10.0.0.1:80,10.0.0.2:80,10.0.0.3:80 + 1 more..."
-        );
+        assert_eq!(cell_strings("Endpoints", &ep)[1], "10.0.0.1:80,10.0.0.2:80,10.0.0.3:80 + 1 more...");
         let two = json!({"subsets": [{"addresses": [{"ip": "fd00::1"}], "ports": [{"port": 80}, {"port": 443}]}]});
-        assert_eq!(
-            cell_strings("Endpoints", &two)[1],
-            "[fd00::1]:80,[fd00::1]:443"
-        );
+        assert_eq!(cell_strings("Endpoints", &two)[1], "[fd00::1]:80,[fd00::1]:443");
         assert_eq!(cell_strings("Endpoints", &json!({}))[1], "<none>");
     }
 
@@ -1126,10 +1012,7 @@ mod tests {
             cell_strings("EndpointSlice", &slice)[..4],
             ["web-abc", "IPv4", "80,metrics,*", "10.0.0.1,10.0.0.2"]
         );
-        assert_eq!(
-            cell_strings("EndpointSlice", &json!({}))[2..4],
-            ["<unset>", "<unset>"]
-        );
+        assert_eq!(cell_strings("EndpointSlice", &json!({}))[2..4], ["<unset>", "<unset>"]);
     }
 
     #[test]
@@ -1161,15 +1044,13 @@ mod tests {
             "eventTime": "2025-01-01T11:59:00.000000Z"
         });
         let c = cell_strings("Event", &new_api);
-        assert_eq!(
-            [&c[0], &c[3], &c[5], &c[7], &c[8]],
-            ["60s", "node", "kaji-controllers", "60s", "1"]
-        );
+        assert_eq!([&c[0], &c[3], &c[5], &c[7], &c[8]], ["60s", "node", "kaji-controllers", "60s", "1"]);
     }
 
     #[test]
     fn workloads_print_replica_counts_containers_and_selectors() {
-        let template = json!({"spec": {"containers": [{"name": "web", "image": "nginx:1"}, {"name": "log", "image": "busybox"}]}});
+        let template =
+            json!({"spec": {"containers": [{"name": "web", "image": "nginx:1"}, {"name": "log", "image": "busybox"}]}});
         let deploy = json!({
             "metadata": {"name": "web"},
             "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template},
@@ -1210,12 +1091,8 @@ mod tests {
         let cm = json!({"metadata": {"name": "cfg"}, "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
         assert_eq!(cells("ConfigMap", &cm, now())[1], json!(3));
         let secret = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "MQ=="}, "stringData": {"a": "1", "b": "2"}});
-        assert_eq!(
-            cells("Secret", &secret, now())[1..3],
-            [json!("Opaque"), json!(2)]
-        );
-        let lease =
-            json!({"metadata": {"name": "kaji-scheduler"}, "spec": {"holderIdentity": "cp1_abc"}});
+        assert_eq!(cells("Secret", &secret, now())[1..3], [json!("Opaque"), json!(2)]);
+        let lease = json!({"metadata": {"name": "kaji-scheduler"}, "spec": {"holderIdentity": "cp1_abc"}});
         assert_eq!(cell_strings("Lease", &lease)[1], "cp1_abc");
         let ns = json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}});
         assert_eq!(cell_strings("Namespace", &ns)[1], "Active");

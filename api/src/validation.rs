@@ -79,13 +79,7 @@ impl From<bool> for BadValue {
 }
 
 impl Cause {
-    fn build(
-        reason: &str,
-        field: impl Into<String>,
-        kind: &str,
-        value: Option<BadValue>,
-        detail: &str,
-    ) -> Cause {
+    fn build(reason: &str, field: impl Into<String>, kind: &str, value: Option<BadValue>, detail: &str) -> Cause {
         let mut message = kind.to_string();
         if let Some(v) = value {
             message.push_str(": ");
@@ -95,11 +89,7 @@ impl Cause {
             message.push_str(": ");
             message.push_str(detail);
         }
-        Cause {
-            reason: reason.to_string(),
-            message,
-            field: field.into(),
-        }
+        Cause { reason: reason.to_string(), message, field: field.into() }
     }
 
     /// `Required value[: detail]`.
@@ -114,56 +104,28 @@ impl Cause {
 
     /// `Invalid value: <value>[: detail]`.
     pub fn invalid(field: impl Into<String>, value: impl Into<BadValue>, detail: &str) -> Cause {
-        Cause::build(
-            "FieldValueInvalid",
-            field,
-            "Invalid value",
-            Some(value.into()),
-            detail,
-        )
+        Cause::build("FieldValueInvalid", field, "Invalid value", Some(value.into()), detail)
     }
 
     /// `Unsupported value: <value>: supported values: "a", "b"`.
-    pub fn not_supported(
-        field: impl Into<String>,
-        value: impl Into<BadValue>,
-        supported: &[&str],
-    ) -> Cause {
+    pub fn not_supported(field: impl Into<String>, value: impl Into<BadValue>, supported: &[&str]) -> Cause {
         let detail = if supported.is_empty() {
             String::new()
         } else {
             let quoted: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
             format!("supported values: {}", quoted.join(", "))
         };
-        Cause::build(
-            "FieldValueNotSupported",
-            field,
-            "Unsupported value",
-            Some(value.into()),
-            &detail,
-        )
+        Cause::build("FieldValueNotSupported", field, "Unsupported value", Some(value.into()), &detail)
     }
 
     /// `Duplicate value: <value>`.
     pub fn duplicate(field: impl Into<String>, value: impl Into<BadValue>) -> Cause {
-        Cause::build(
-            "FieldValueDuplicate",
-            field,
-            "Duplicate value",
-            Some(value.into()),
-            "",
-        )
+        Cause::build("FieldValueDuplicate", field, "Duplicate value", Some(value.into()), "")
     }
 
     /// `Not found: <value>`.
     pub fn not_found(field: impl Into<String>, value: impl Into<BadValue>) -> Cause {
-        Cause::build(
-            "FieldValueNotFound",
-            field,
-            "Not found",
-            Some(value.into()),
-            "",
-        )
+        Cause::build("FieldValueNotFound", field, "Not found", Some(value.into()), "")
     }
 
     /// `Too long: must have at most <max> bytes`.
@@ -176,13 +138,7 @@ impl Cause {
     pub fn too_many(field: impl Into<String>, actual: usize, max: usize) -> Cause {
         let detail = format!("must have at most {max} items");
         let actual = i64::try_from(actual).unwrap_or(i64::MAX);
-        Cause::build(
-            "FieldValueTooMany",
-            field,
-            "Too many",
-            Some(BadValue::Int(actual)),
-            &detail,
-        )
+        Cause::build("FieldValueTooMany", field, "Too many", Some(BadValue::Int(actual)), &detail)
     }
 
     /// `<field>: <message>`, as Go's `field.Error.Error()`.
@@ -252,14 +208,8 @@ fn go_map(m: Option<&Map<String, Value>>) -> String {
     match m {
         None => "map[string]string(nil)".to_string(),
         Some(m) => {
-            let sorted: BTreeMap<&String, &str> = m
-                .iter()
-                .map(|(k, v)| (k, v.as_str().unwrap_or("")))
-                .collect();
-            let parts: Vec<String> = sorted
-                .iter()
-                .map(|(k, v)| format!("{}:{}", go_quote(k), go_quote(v)))
-                .collect();
+            let sorted: BTreeMap<&String, &str> = m.iter().map(|(k, v)| (k, v.as_str().unwrap_or(""))).collect();
+            let parts: Vec<String> = sorted.iter().map(|(k, v)| format!("{}:{}", go_quote(k), go_quote(v))).collect();
             format!("map[string]string{{{}}}", parts.join(", "))
         }
     }
@@ -277,22 +227,21 @@ fn go_slice(type_name: &str, items: &[&str]) -> String {
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
 const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
 const QNAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QNAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const QNAME_MSG: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const CONFIG_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
-const CONFIG_KEY_MSG: &str =
-    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
-const ENV_NAME_MSG: &str = "a valid environment variable name must consist only of printable ASCII characters other than '='";
+const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+const ENV_NAME_MSG: &str =
+    "a valid environment variable name must consist only of printable ASCII characters other than '='";
 const PERCENT_FMT: &str = "[0-9]+%";
-const PERCENT_MSG: &str =
-    "a valid percent string must be a numeric string followed by an ending '%'";
+const PERCENT_MSG: &str = "a valid percent string must be a numeric string followed by an ending '%'";
 const IS_NEGATIVE_MSG: &str = "must be greater than or equal to 0";
 const IMMUTABLE_MSG: &str = "field is immutable";
 const FILE_MODE_MSG: &str = "must be a number between 0 and 0777 (octal), both inclusive";
@@ -332,9 +281,7 @@ fn matches_dns1123_label(v: &str) -> bool {
     let b = v.as_bytes();
     match (b.first(), b.last()) {
         (Some(&f), Some(&l)) => {
-            is_lower_alnum(f)
-                && is_lower_alnum(l)
-                && b.iter().all(|&c| is_lower_alnum(c) || c == b'-')
+            is_lower_alnum(f) && is_lower_alnum(l) && b.iter().all(|&c| is_lower_alnum(c) || c == b'-')
         }
         _ => false,
     }
@@ -350,8 +297,7 @@ fn matches_qualified_name_part(v: &str) -> bool {
         (Some(f), Some(l)) => {
             f.is_ascii_alphanumeric()
                 && l.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+                && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -367,11 +313,7 @@ pub fn dns1123_label_errors(v: &str) -> Vec<String> {
         if matches_dns1123_subdomain(v) {
             errs.push("must not contain dots".to_string());
         } else {
-            errs.push(regex_error(
-                DNS1123_LABEL_MSG,
-                DNS1123_LABEL_FMT,
-                &["my-name", "123-abc"],
-            ));
+            errs.push(regex_error(DNS1123_LABEL_MSG, DNS1123_LABEL_FMT, &["my-name", "123-abc"]));
         }
     }
     errs
@@ -384,11 +326,7 @@ pub fn dns1123_subdomain_errors(v: &str) -> Vec<String> {
         errs.push(max_len_error(253));
     }
     if !matches_dns1123_subdomain(v) {
-        errs.push(regex_error(
-            DNS1123_SUBDOMAIN_MSG,
-            DNS1123_SUBDOMAIN_FMT,
-            &["example.com"],
-        ));
+        errs.push(regex_error(DNS1123_SUBDOMAIN_MSG, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
     }
     errs
 }
@@ -401,11 +339,7 @@ pub fn dns1035_label_errors(v: &str) -> Vec<String> {
     }
     let starts_alpha = v.as_bytes().first().is_some_and(|c| c.is_ascii_lowercase());
     if !(starts_alpha && matches_dns1123_label(v)) {
-        errs.push(regex_error(
-            DNS1035_LABEL_MSG,
-            DNS1035_LABEL_FMT,
-            &["my-name", "abc-123"],
-        ));
+        errs.push(regex_error(DNS1035_LABEL_MSG, DNS1035_LABEL_FMT, &["my-name", "abc-123"]));
     }
     errs
 }
@@ -420,11 +354,7 @@ pub fn qualified_name_errors(v: &str) -> Vec<String> {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_string());
             } else {
-                errs.extend(
-                    dns1123_subdomain_errors(prefix)
-                        .into_iter()
-                        .map(|m| format!("prefix part {m}")),
-                );
+                errs.extend(dns1123_subdomain_errors(prefix).into_iter().map(|m| format!("prefix part {m}")));
             }
             *name
         }
@@ -442,10 +372,7 @@ pub fn qualified_name_errors(v: &str) -> Vec<String> {
         errs.push(format!("name part {}", max_len_error(63)));
     }
     if !matches_qualified_name_part(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(QNAME_MSG, QNAME_FMT, &["MyName", "my.name", "123-abc"])
-        ));
+        errs.push(format!("name part {}", regex_error(QNAME_MSG, QNAME_FMT, &["MyName", "my.name", "123-abc"])));
     }
     errs
 }
@@ -457,11 +384,7 @@ pub fn label_value_errors(v: &str) -> Vec<String> {
         errs.push(max_len_error(63));
     }
     if !(v.is_empty() || matches_qualified_name_part(v)) {
-        errs.push(regex_error(
-            LABEL_VALUE_MSG,
-            LABEL_VALUE_FMT,
-            &["MyValue", "my_value", "12345"],
-        ));
+        errs.push(regex_error(LABEL_VALUE_MSG, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
     }
     errs
 }
@@ -473,9 +396,7 @@ pub fn port_name_errors(v: &str) -> Vec<String> {
         errs.push(max_len_error(15));
     }
     if v.is_empty() || !v.bytes().all(|c| is_lower_alnum(c) || c == b'-') {
-        errs.push(
-            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string(),
-        );
+        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
     }
     if !v.bytes().any(|c| c.is_ascii_lowercase()) {
         errs.push("must contain at least one letter (a-z)".to_string());
@@ -507,16 +428,8 @@ pub fn config_map_key_errors(v: &str) -> Vec<String> {
     if v.len() > 253 {
         errs.push(max_len_error(253));
     }
-    if v.is_empty()
-        || !v
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
-    {
-        errs.push(regex_error(
-            CONFIG_KEY_MSG,
-            CONFIG_KEY_FMT,
-            &["key.name", "KEY_NAME", "key-name"],
-        ));
+    if v.is_empty() || !v.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+        errs.push(regex_error(CONFIG_KEY_MSG, CONFIG_KEY_FMT, &["key.name", "KEY_NAME", "key-name"]));
     }
     if v == "." {
         errs.push("must not be '.'".to_string());
@@ -537,8 +450,7 @@ fn port_num_errors(p: i64) -> Vec<String> {
 }
 
 fn percent_errors(v: &str) -> Vec<String> {
-    let ok =
-        v.len() > 1 && v.ends_with('%') && v[..v.len() - 1].bytes().all(|c| c.is_ascii_digit());
+    let ok = v.len() > 1 && v.ends_with('%') && v[..v.len() - 1].bytes().all(|c| c.is_ascii_digit());
     if ok {
         Vec::new()
     } else {
@@ -571,9 +483,7 @@ pub fn parse_quantity(s: &str) -> Option<i128> {
         Some(b'+') => (false, &s[1..]),
         _ => (false, s),
     };
-    let num_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
+    let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     let (num, suffix) = rest.split_at(num_end);
     let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
     if frac_part.contains('.') || (int_part.is_empty() && frac_part.is_empty()) {
@@ -596,9 +506,7 @@ pub fn parse_quantity(s: &str) -> Option<i128> {
         "Ti" => (0, 40),
         "Pi" => (0, 50),
         "Ei" => (0, 60),
-        s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
-            (s[1..].parse::<i32>().ok()?, 0)
-        }
+        s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => (s[1..].parse::<i32>().ok()?, 0),
         _ => return None,
     };
     let digits = format!("{int_part}{frac_part}");
@@ -606,11 +514,7 @@ pub fn parse_quantity(s: &str) -> Option<i128> {
     if digits.len() > 36 {
         return None;
     }
-    let mut value: i128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().ok()?
-    };
+    let mut value: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
     value = value.checked_mul(1i128.checked_shl(pow2)?)?;
     let frac_len = i32::try_from(frac_part.len()).ok()?;
     let exp = exp10.checked_add(9)?.checked_sub(frac_len)?;
@@ -651,10 +555,7 @@ fn st<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    v.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
 fn obj<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
@@ -670,11 +571,7 @@ fn has(v: &Value, key: &str) -> bool {
 }
 
 fn strs(v: &Value, key: &str) -> Vec<String> {
-    arr(v, key)
-        .iter()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect()
+    arr(v, key).iter().filter_map(Value::as_str).map(str::to_string).collect()
 }
 
 /// Equality the way apimachinery's semantic DeepEqual sees JSON: null, missing, `[]` and `{}` are alike.
@@ -688,10 +585,9 @@ fn semantic_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
         }
     }
     match (a, b) {
-        (Some(Value::Object(x)), Some(Value::Object(y))) => x
-            .keys()
-            .chain(y.keys())
-            .all(|k| semantic_eq(x.get(k), y.get(k))),
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            x.keys().chain(y.keys()).all(|k| semantic_eq(x.get(k), y.get(k)))
+        }
         (Some(Value::Array(x)), Some(Value::Array(y))) => {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| semantic_eq(Some(p), Some(q)))
         }
@@ -738,15 +634,9 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
     match kind {
         "Pod" => validate_pod_spec_update(new_spec, old_spec, &mut out),
         "Service" => validate_service_update(new_spec, old_spec, &mut out),
-        "Deployment" | "ReplicaSet"
-            if !semantic_eq(new_spec.get("selector"), old_spec.get("selector")) =>
-        {
+        "Deployment" | "ReplicaSet" if !semantic_eq(new_spec.get("selector"), old_spec.get("selector")) => {
             let shown = label_selector_string(new_spec.get("selector"));
-            out.push(Cause::invalid(
-                "spec.selector",
-                BadValue::Raw(shown),
-                IMMUTABLE_MSG,
-            ));
+            out.push(Cause::invalid("spec.selector", BadValue::Raw(shown), IMMUTABLE_MSG));
         }
         "Secret" => {
             if st(new, "type") != st(old, "type") && has(old, "type") {
@@ -756,11 +646,7 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
         }
         "ConfigMap" => validate_immutable_data(new, old, &["data", "binaryData"], &mut out),
         "EndpointSlice" if st(new, "addressType") != st(old, "addressType") => {
-            out.push(Cause::invalid(
-                "addressType",
-                st(new, "addressType"),
-                IMMUTABLE_MSG,
-            ));
+            out.push(Cause::invalid("addressType", st(new, "addressType"), IMMUTABLE_MSG));
         }
         "Node" => validate_node_update(new_spec, old_spec, &mut out),
         _ => {}
@@ -789,11 +675,7 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
                     ));
                 }
             } else if phase != "Active" {
-                out.push(Cause::invalid(
-                    "status.Phase",
-                    phase,
-                    "may only be 'Active' if `deletionTimestamp` is empty",
-                ));
+                out.push(Cause::invalid("status.Phase", phase, "may only be 'Active' if `deletionTimestamp` is empty"));
             }
         }
         "Deployment" => validate_replica_status(
@@ -812,28 +694,15 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
         ),
         "ReplicaSet" => validate_replica_status(
             status,
-            &[
-                "replicas",
-                "fullyLabeledReplicas",
-                "readyReplicas",
-                "availableReplicas",
-                "observedGeneration",
-            ],
+            &["replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration"],
             &["fullyLabeledReplicas", "readyReplicas", "availableReplicas"],
             &mut out,
         ),
         "Service" => {
-            for (i, ing) in arr(obj_or_null(status, "loadBalancer"), "ingress")
-                .iter()
-                .enumerate()
-            {
+            for (i, ing) in arr(obj_or_null(status, "loadBalancer"), "ingress").iter().enumerate() {
                 let ip = st(ing, "ip");
                 if !ip.is_empty() && ip.parse::<IpAddr>().is_err() {
-                    out.push(Cause::invalid(
-                        format!("status.loadBalancer.ingress[{i}].ip"),
-                        ip,
-                        IP_MSG,
-                    ));
+                    out.push(Cause::invalid(format!("status.loadBalancer.ingress[{i}].ip"), ip, IP_MSG));
                 }
             }
         }
@@ -854,10 +723,8 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Namespace" => (Some(false), NameRule::Label),
         "Node" => (Some(false), NameRule::Subdomain),
         "Service" => (Some(true), NameRule::Dns1035),
-        "Pod" | "Endpoints" | "Event" | "ConfigMap" | "Secret" | "ServiceAccount"
-        | "Deployment" | "ReplicaSet" | "EndpointSlice" | "Lease" => {
-            (Some(true), NameRule::Subdomain)
-        }
+        "Pod" | "Endpoints" | "Event" | "ConfigMap" | "Secret" | "ServiceAccount" | "Deployment" | "ReplicaSet"
+        | "EndpointSlice" | "Lease" => (Some(true), NameRule::Subdomain),
         _ => (None, NameRule::Subdomain),
     };
     validate_object_meta(meta, namespaced, rule, &mut out);
@@ -866,15 +733,9 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Pod" => {
             validate_pod_spec(spec, "spec", true, &mut out);
             if op == Op::Create && !arr(spec, "ephemeralContainers").is_empty() {
-                out.push(Cause::forbidden(
-                    "spec.ephemeralContainers",
-                    "cannot be set on create",
-                ));
+                out.push(Cause::forbidden("spec.ephemeralContainers", "cannot be set on create"));
             }
-            if op == Op::Create
-                && !st(spec, "nodeName").is_empty()
-                && !arr(spec, "schedulingGates").is_empty()
-            {
+            if op == Op::Create && !st(spec, "nodeName").is_empty() && !arr(spec, "schedulingGates").is_empty() {
                 out.push(Cause::forbidden(
                     "spec.nodeName",
                     "cannot be set until all schedulingGates have been cleared",
@@ -896,11 +757,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Lease" => {
             if let Some(d) = int(spec, "leaseDurationSeconds") {
                 if d <= 0 {
-                    out.push(Cause::invalid(
-                        "spec.leaseDurationSeconds",
-                        d,
-                        "must be greater than 0",
-                    ));
+                    out.push(Cause::invalid("spec.leaseDurationSeconds", d, "must be greater than 0"));
                 }
             }
             if let Some(t) = int(spec, "leaseTransitions") {
@@ -929,43 +786,25 @@ enum NameRule {
 
 const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
 
-fn validate_object_meta(
-    meta: &Value,
-    namespaced: Option<bool>,
-    rule: NameRule,
-    out: &mut Vec<Cause>,
-) {
+fn validate_object_meta(meta: &Value, namespaced: Option<bool>, rule: NameRule, out: &mut Vec<Cause>) {
     let name = st(meta, "name");
     if name.is_empty() {
-        out.push(Cause::required(
-            "metadata.name",
-            "name or generateName is required",
-        ));
+        out.push(Cause::required("metadata.name", "name or generateName is required"));
     } else {
         let errs = match rule {
             NameRule::Subdomain => dns1123_subdomain_errors(name),
             NameRule::Label => dns1123_label_errors(name),
             NameRule::Dns1035 => dns1035_label_errors(name),
         };
-        out.extend(
-            errs.iter()
-                .map(|m| Cause::invalid("metadata.name", name, m)),
-        );
+        out.extend(errs.iter().map(|m| Cause::invalid("metadata.name", name, m)));
     }
     let ns = st(meta, "namespace");
     match namespaced {
         Some(true) if ns.is_empty() => out.push(Cause::required("metadata.namespace", "")),
         Some(true) => {
-            out.extend(
-                dns1123_label_errors(ns)
-                    .iter()
-                    .map(|m| Cause::invalid("metadata.namespace", ns, m)),
-            );
+            out.extend(dns1123_label_errors(ns).iter().map(|m| Cause::invalid("metadata.namespace", ns, m)));
         }
-        Some(false) if !ns.is_empty() => out.push(Cause::forbidden(
-            "metadata.namespace",
-            "not allowed on this type",
-        )),
+        Some(false) if !ns.is_empty() => out.push(Cause::forbidden("metadata.namespace", "not allowed on this type")),
         _ => {}
     }
     if let Some(g) = int(meta, "generation") {
@@ -987,9 +826,7 @@ fn validate_meta_maps(meta: &Value, out: &mut Vec<Cause>) {
             out.push(Cause::invalid("metadata.finalizers", f, &m));
         }
     }
-    if finalizers.iter().any(|f| f == "orphan")
-        && finalizers.iter().any(|f| f == "foregroundDeletion")
-    {
+    if finalizers.iter().any(|f| f == "orphan") && finalizers.iter().any(|f| f == "foregroundDeletion") {
         let refs: Vec<&str> = finalizers.iter().map(String::as_str).collect();
         out.push(Cause::invalid(
             "metadata.finalizers",
@@ -1009,54 +846,30 @@ fn validate_meta_maps(meta: &Value, out: &mut Vec<Cause>) {
 }
 
 fn validate_finalizer_name(f: &str, path: &str, out: &mut Vec<Cause>) {
-    out.extend(
-        qualified_name_errors(f)
-            .iter()
-            .map(|m| Cause::invalid(path, f, m)),
-    );
+    out.extend(qualified_name_errors(f).iter().map(|m| Cause::invalid(path, f, m)));
     if !f.contains('/') && !STANDARD_FINALIZERS.contains(&f) {
-        out.push(Cause::invalid(
-            path,
-            f,
-            "name is neither a standard finalizer name nor is it fully qualified",
-        ));
+        out.push(Cause::invalid(path, f, "name is neither a standard finalizer name nor is it fully qualified"));
     }
 }
 
 fn validate_labels(labels: Option<&Map<String, Value>>, path: &str, out: &mut Vec<Cause>) {
     let Some(labels) = labels else { return };
     for (k, v) in labels {
-        out.extend(
-            qualified_name_errors(k)
-                .iter()
-                .map(|m| Cause::invalid(path, k, m)),
-        );
+        out.extend(qualified_name_errors(k).iter().map(|m| Cause::invalid(path, k, m)));
         let v = v.as_str().unwrap_or("");
-        out.extend(
-            label_value_errors(v)
-                .iter()
-                .map(|m| Cause::invalid(path, v, m)),
-        );
+        out.extend(label_value_errors(v).iter().map(|m| Cause::invalid(path, v, m)));
     }
 }
 
 const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 
-fn validate_annotations(
-    annotations: Option<&Map<String, Value>>,
-    path: &str,
-    out: &mut Vec<Cause>,
-) {
+fn validate_annotations(annotations: Option<&Map<String, Value>>, path: &str, out: &mut Vec<Cause>) {
     let Some(annotations) = annotations else {
         return;
     };
     let mut total = 0usize;
     for (k, v) in annotations {
-        out.extend(
-            qualified_name_errors(&k.to_lowercase())
-                .iter()
-                .map(|m| Cause::invalid(path, k, m)),
-        );
+        out.extend(qualified_name_errors(&k.to_lowercase()).iter().map(|m| Cause::invalid(path, k, m)));
         total += k.len() + v.as_str().map_or(0, str::len);
     }
     if total > TOTAL_ANNOTATION_SIZE_LIMIT {
@@ -1090,19 +903,11 @@ fn validate_owner_references(refs: &[Value], out: &mut Vec<Cause>) {
             None => ("", api_version),
         };
         if version.is_empty() {
-            out.push(Cause::invalid(
-                format!("{path}.apiVersion"),
-                api_version,
-                "version must not be empty",
-            ));
+            out.push(Cause::invalid(format!("{path}.apiVersion"), api_version, "version must not be empty"));
         }
         for key in ["kind", "name", "uid"] {
             if st(r, key).is_empty() {
-                out.push(Cause::invalid(
-                    format!("{path}.{key}"),
-                    "",
-                    "must not be empty",
-                ));
+                out.push(Cause::invalid(format!("{path}.{key}"), "", "must not be empty"));
             }
         }
         if group.is_empty() && version == "v1" && st(r, "kind") == "Event" {
@@ -1144,11 +949,7 @@ fn validate_meta_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     let om = obj_or_null(old, "metadata");
     for key in ["name", "namespace"] {
         if st(nm, key) != st(om, key) {
-            out.push(Cause::invalid(
-                format!("metadata.{key}"),
-                st(nm, key),
-                IMMUTABLE_MSG,
-            ));
+            out.push(Cause::invalid(format!("metadata.{key}"), st(nm, key), IMMUTABLE_MSG));
         }
     }
     let uid = st(nm, "uid");
@@ -1157,18 +958,11 @@ fn validate_meta_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     }
     let created = st(nm, "creationTimestamp");
     if !created.is_empty() && created != st(om, "creationTimestamp") {
-        out.push(Cause::invalid(
-            "metadata.creationTimestamp",
-            go_time(created),
-            IMMUTABLE_MSG,
-        ));
+        out.push(Cause::invalid("metadata.creationTimestamp", go_time(created), IMMUTABLE_MSG));
     }
     if has(om, "deletionTimestamp") {
         let old_f: HashSet<String> = strs(om, "finalizers").into_iter().collect();
-        let mut extra: Vec<String> = strs(nm, "finalizers")
-            .into_iter()
-            .filter(|f| !old_f.contains(f))
-            .collect();
+        let mut extra: Vec<String> = strs(nm, "finalizers").into_iter().filter(|f| !old_f.contains(f)).collect();
         extra.sort();
         extra.dedup();
         if !extra.is_empty() {
@@ -1226,11 +1020,7 @@ const PROTOCOLS: [&str; 3] = ["SCTP", "TCP", "UDP"];
 fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause>) {
     if let Some(g) = int(spec, "terminationGracePeriodSeconds") {
         if g < 0 {
-            out.push(Cause::invalid(
-                format!("{path}.terminationGracePeriodSeconds"),
-                g,
-                IS_NEGATIVE_MSG,
-            ));
+            out.push(Cause::invalid(format!("{path}.terminationGracePeriodSeconds"), g, IS_NEGATIVE_MSG));
         }
     }
     let volumes = validate_volumes(arr(spec, "volumes"), &format!("{path}.volumes"), out);
@@ -1253,10 +1043,7 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
         }
         validate_probes(c, &p, out);
         if has(c, "restartPolicy") {
-            out.push(Cause::forbidden(
-                format!("{p}.restartPolicy"),
-                "may not be set for non-init containers",
-            ));
+            out.push(Cause::forbidden(format!("{p}.restartPolicy"), "may not be set for non-init containers"));
         }
     }
     check_host_port_conflicts(containers, &cpath, out);
@@ -1271,11 +1058,7 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
             if rp == "Always" {
                 restart_always = true;
             } else {
-                out.push(Cause::not_supported(
-                    format!("{p}.restartPolicy"),
-                    rp,
-                    &["Always"],
-                ));
+                out.push(Cause::not_supported(format!("{p}.restartPolicy"), rp, &["Always"]));
             }
         }
         let name = st(c, "name");
@@ -1291,12 +1074,7 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
             }
             validate_probes(c, &p, out);
         } else {
-            for field in [
-                "lifecycle",
-                "livenessProbe",
-                "readinessProbe",
-                "startupProbe",
-            ] {
+            for field in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
                 if has(c, field) {
                     out.push(Cause::forbidden(
                         format!("{p}.{field}"),
@@ -1331,20 +1109,12 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
 
     let rp = st(spec, "restartPolicy");
     if !rp.is_empty() && !["Always", "OnFailure", "Never"].contains(&rp) {
-        out.push(Cause::not_supported(
-            format!("{path}.restartPolicy"),
-            rp,
-            &["Always", "OnFailure", "Never"],
-        ));
+        out.push(Cause::not_supported(format!("{path}.restartPolicy"), rp, &["Always", "OnFailure", "Never"]));
     }
     let dns = st(spec, "dnsPolicy");
     let dns_values = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
     if !dns.is_empty() && !dns_values.contains(&dns) {
-        out.push(Cause::not_supported(
-            format!("{path}.dnsPolicy"),
-            dns,
-            &dns_values,
-        ));
+        out.push(Cause::not_supported(format!("{path}.dnsPolicy"), dns, &dns_values));
     }
     if dns == "None" {
         match spec.get("dnsConfig").filter(|d| !d.is_null()) {
@@ -1359,16 +1129,9 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
             Some(_) => {}
         }
     }
-    validate_labels(
-        obj(spec, "nodeSelector"),
-        &format!("{path}.nodeSelector"),
-        out,
-    );
+    validate_labels(obj(spec, "nodeSelector"), &format!("{path}.nodeSelector"), out);
     for (key, errs_of) in [
-        (
-            "serviceAccountName",
-            dns1123_subdomain_errors as fn(&str) -> Vec<String>,
-        ),
+        ("serviceAccountName", dns1123_subdomain_errors as fn(&str) -> Vec<String>),
         ("nodeName", dns1123_subdomain_errors),
         ("priorityClassName", dns1123_subdomain_errors),
         ("hostname", dns1123_label_errors),
@@ -1376,11 +1139,7 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
     ] {
         let v = st(spec, key);
         if !v.is_empty() {
-            out.extend(
-                errs_of(v)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{path}.{key}"), v, m)),
-            );
+            out.extend(errs_of(v).iter().map(|m| Cause::invalid(format!("{path}.{key}"), v, m)));
         }
     }
     if let Some(ads) = int(spec, "activeDeadlineSeconds") {
@@ -1392,11 +1151,7 @@ fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mut Vec<Cause
             ));
         }
     }
-    validate_tolerations(
-        arr(spec, "tolerations"),
-        &format!("{path}.tolerations"),
-        out,
-    );
+    validate_tolerations(arr(spec, "tolerations"), &format!("{path}.tolerations"), out);
 }
 
 fn validate_volumes(volumes: &[Value], path: &str, out: &mut Vec<Cause>) -> HashSet<String> {
@@ -1411,10 +1166,7 @@ fn validate_volumes(volumes: &[Value], path: &str, out: &mut Vec<Cause>) -> Hash
                 continue;
             }
             if count > 0 {
-                el.push(Cause::forbidden(
-                    format!("{p}.{src}"),
-                    "may not specify more than 1 volume type",
-                ));
+                el.push(Cause::forbidden(format!("{p}.{src}"), "may not specify more than 1 volume type"));
                 continue;
             }
             count += 1;
@@ -1427,11 +1179,7 @@ fn validate_volumes(volumes: &[Value], path: &str, out: &mut Vec<Cause>) -> Hash
         if name.is_empty() {
             el.push(Cause::required(format!("{p}.name"), ""));
         } else {
-            el.extend(
-                dns1123_label_errors(name)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.name"), name, m)),
-            );
+            el.extend(dns1123_label_errors(name).iter().map(|m| Cause::invalid(format!("{p}.name"), name, m)));
         }
         if seen.contains(name) {
             el.push(Cause::duplicate(format!("{p}.name"), name));
@@ -1465,11 +1213,7 @@ fn validate_volume_source(src: &str, v: &Value, p: &str, out: &mut Vec<Cause>) {
     }
     if let Some(mode) = int(v, "defaultMode") {
         if !(0..=0o777).contains(&mode) {
-            out.push(Cause::invalid(
-                format!("{p}.defaultMode"),
-                mode,
-                FILE_MODE_MSG,
-            ));
+            out.push(Cause::invalid(format!("{p}.defaultMode"), mode, FILE_MODE_MSG));
         }
     }
     if matches!(src, "secret" | "configMap") {
@@ -1489,32 +1233,18 @@ fn validate_volume_source(src: &str, v: &Value, p: &str, out: &mut Vec<Cause>) {
     }
 }
 
-fn validate_container_common(
-    c: &Value,
-    p: &str,
-    volumes: &HashSet<String>,
-    is_pod: bool,
-    out: &mut Vec<Cause>,
-) {
+fn validate_container_common(c: &Value, p: &str, volumes: &HashSet<String>, is_pod: bool, out: &mut Vec<Cause>) {
     let name = st(c, "name");
     if name.is_empty() {
         out.push(Cause::required(format!("{p}.name"), ""));
     } else {
-        out.extend(
-            dns1123_label_errors(name)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.name"), name, m)),
-        );
+        out.extend(dns1123_label_errors(name).iter().map(|m| Cause::invalid(format!("{p}.name"), name, m)));
     }
     let image = st(c, "image");
     if image.is_empty() {
         out.push(Cause::required(format!("{p}.image"), ""));
     } else if is_pod && image.trim() != image {
-        out.push(Cause::invalid(
-            format!("{p}.image"),
-            image,
-            "must not have leading or trailing whitespace",
-        ));
+        out.push(Cause::invalid(format!("{p}.image"), image, "must not have leading or trailing whitespace"));
     }
     let tmp = st(c, "terminationMessagePolicy");
     if !tmp.is_empty() && tmp != "File" && tmp != "FallbackToLogsOnError" {
@@ -1527,19 +1257,10 @@ fn validate_container_common(
     validate_container_ports(arr(c, "ports"), &format!("{p}.ports"), out);
     validate_env(arr(c, "env"), &format!("{p}.env"), out);
     validate_env_from(arr(c, "envFrom"), &format!("{p}.envFrom"), out);
-    validate_volume_mounts(
-        arr(c, "volumeMounts"),
-        volumes,
-        &format!("{p}.volumeMounts"),
-        out,
-    );
+    validate_volume_mounts(arr(c, "volumeMounts"), volumes, &format!("{p}.volumeMounts"), out);
     let pull = st(c, "imagePullPolicy");
     if !pull.is_empty() && !["Always", "IfNotPresent", "Never"].contains(&pull) {
-        out.push(Cause::not_supported(
-            format!("{p}.imagePullPolicy"),
-            pull,
-            &["Always", "IfNotPresent", "Never"],
-        ));
+        out.push(Cause::not_supported(format!("{p}.imagePullPolicy"), pull, &["Always", "IfNotPresent", "Never"]));
     }
     if let Some(res) = c.get("resources").filter(|r| !r.is_null()) {
         validate_resources(res, &format!("{p}.resources"), out);
@@ -1554,37 +1275,22 @@ fn validate_container_ports(ports: &[Value], path: &str, out: &mut Vec<Cause>) {
         if !name.is_empty() {
             let errs = port_name_errors(name);
             if !errs.is_empty() {
-                out.extend(
-                    errs.iter()
-                        .map(|m| Cause::invalid(format!("{p}.name"), name, m)),
-                );
+                out.extend(errs.iter().map(|m| Cause::invalid(format!("{p}.name"), name, m)));
             } else if !names.insert(name) {
                 out.push(Cause::duplicate(format!("{p}.name"), name));
             }
         }
         match int(port, "containerPort").unwrap_or(0) {
             0 => out.push(Cause::required(format!("{p}.containerPort"), "")),
-            cp => out.extend(
-                port_num_errors(cp)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.containerPort"), cp, m)),
-            ),
+            cp => out.extend(port_num_errors(cp).iter().map(|m| Cause::invalid(format!("{p}.containerPort"), cp, m))),
         }
         let hp = int(port, "hostPort").unwrap_or(0);
         if hp != 0 {
-            out.extend(
-                port_num_errors(hp)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.hostPort"), hp, m)),
-            );
+            out.extend(port_num_errors(hp).iter().map(|m| Cause::invalid(format!("{p}.hostPort"), hp, m)));
         }
         let proto = st(port, "protocol");
         if !proto.is_empty() && !PROTOCOLS.contains(&proto) {
-            out.push(Cause::not_supported(
-                format!("{p}.protocol"),
-                proto,
-                &PROTOCOLS,
-            ));
+            out.push(Cause::not_supported(format!("{p}.protocol"), proto, &PROTOCOLS));
         }
     }
 }
@@ -1603,10 +1309,7 @@ fn check_host_port_conflicts(containers: &[Value], path: &str, out: &mut Vec<Cau
             };
             let key = format!("{proto}/{}/{hp}", st(port, "hostIP"));
             if !seen.insert(key.clone()) {
-                out.push(Cause::duplicate(
-                    format!("{path}[{ci}].ports[{pi}].hostPort"),
-                    key,
-                ));
+                out.push(Cause::duplicate(format!("{path}[{ci}].ports[{pi}].hostPort"), key));
             }
         }
     }
@@ -1631,22 +1334,13 @@ fn validate_env(env: &[Value], path: &str, out: &mut Vec<Cause>) {
         if name.is_empty() {
             out.push(Cause::required(format!("{p}.name"), ""));
         } else {
-            out.extend(
-                env_var_name_errors(name)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.name"), name, m)),
-            );
+            out.extend(env_var_name_errors(name).iter().map(|m| Cause::invalid(format!("{p}.name"), name, m)));
         }
         let Some(from) = ev.get("valueFrom").filter(|v| !v.is_null()) else {
             continue;
         };
         let vp = format!("{p}.valueFrom");
-        let sources = [
-            "fieldRef",
-            "resourceFieldRef",
-            "configMapKeyRef",
-            "secretKeyRef",
-        ];
+        let sources = ["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef"];
         let n = sources.iter().filter(|s| has(from, s)).count();
         if n == 0 {
             out.push(Cause::invalid(
@@ -1655,17 +1349,9 @@ fn validate_env(env: &[Value], path: &str, out: &mut Vec<Cause>) {
                 "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
             ));
         } else if !st(ev, "value").is_empty() {
-            out.push(Cause::invalid(
-                vp.as_str(),
-                "",
-                "may not be specified when `value` is not empty",
-            ));
+            out.push(Cause::invalid(vp.as_str(), "", "may not be specified when `value` is not empty"));
         } else if n > 1 {
-            out.push(Cause::invalid(
-                vp.as_str(),
-                "",
-                "may not have more than one field specified at a time",
-            ));
+            out.push(Cause::invalid(vp.as_str(), "", "may not have more than one field specified at a time"));
         }
         if let Some(fr) = from.get("fieldRef").filter(|v| !v.is_null()) {
             let fp = st(fr, "fieldPath");
@@ -1677,11 +1363,7 @@ fn validate_env(env: &[Value], path: &str, out: &mut Vec<Cause>) {
                 || fp.starts_with("metadata.labels['")
                 || fp.starts_with("metadata.annotations['"))
             {
-                out.push(Cause::not_supported(
-                    format!("{vp}.fieldRef.fieldPath"),
-                    fp,
-                    &ENV_FIELD_PATHS,
-                ));
+                out.push(Cause::not_supported(format!("{vp}.fieldRef.fieldPath"), fp, &ENV_FIELD_PATHS));
             }
         }
         for key in ["configMapKeyRef", "secretKeyRef"] {
@@ -1697,11 +1379,7 @@ fn validate_env(env: &[Value], path: &str, out: &mut Vec<Cause>) {
                 if k.is_empty() {
                     out.push(Cause::required(format!("{sp}.key"), ""));
                 } else {
-                    out.extend(
-                        config_map_key_errors(k)
-                            .iter()
-                            .map(|m| Cause::invalid(format!("{sp}.key"), k, m)),
-                    );
+                    out.extend(config_map_key_errors(k).iter().map(|m| Cause::invalid(format!("{sp}.key"), k, m)));
                 }
             }
         }
@@ -1713,28 +1391,13 @@ fn validate_env_from(env_from: &[Value], path: &str, out: &mut Vec<Cause>) {
         let p = format!("{path}[{i}]");
         let prefix = st(ef, "prefix");
         if !prefix.is_empty() {
-            out.extend(
-                env_var_name_errors(prefix)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.prefix"), prefix, m)),
-            );
+            out.extend(env_var_name_errors(prefix).iter().map(|m| Cause::invalid(format!("{p}.prefix"), prefix, m)));
         }
-        let n = ["configMapRef", "secretRef"]
-            .iter()
-            .filter(|k| has(ef, k))
-            .count();
+        let n = ["configMapRef", "secretRef"].iter().filter(|k| has(ef, k)).count();
         if n == 0 {
-            out.push(Cause::invalid(
-                path,
-                "",
-                "must specify one of: `configMapRef` or `secretRef`",
-            ));
+            out.push(Cause::invalid(path, "", "must specify one of: `configMapRef` or `secretRef`"));
         } else if n > 1 {
-            out.push(Cause::invalid(
-                path,
-                "",
-                "may not have more than one field specified at a time",
-            ));
+            out.push(Cause::invalid(path, "", "may not have more than one field specified at a time"));
         }
         for key in ["configMapRef", "secretRef"] {
             if let Some(r) = ef.get(key).filter(|v| !v.is_null()) {
@@ -1746,12 +1409,7 @@ fn validate_env_from(env_from: &[Value], path: &str, out: &mut Vec<Cause>) {
     }
 }
 
-fn validate_volume_mounts(
-    mounts: &[Value],
-    volumes: &HashSet<String>,
-    path: &str,
-    out: &mut Vec<Cause>,
-) {
+fn validate_volume_mounts(mounts: &[Value], volumes: &HashSet<String>, path: &str, out: &mut Vec<Cause>) {
     let mut mount_points = HashSet::new();
     for (i, m) in mounts.iter().enumerate() {
         let p = format!("{path}[{i}]");
@@ -1767,19 +1425,11 @@ fn validate_volume_mounts(
             out.push(Cause::required(format!("{p}.mountPath"), ""));
         }
         if !mount_points.insert(mp) {
-            out.push(Cause::invalid(
-                format!("{p}.mountPath"),
-                mp,
-                "must be unique",
-            ));
+            out.push(Cause::invalid(format!("{p}.mountPath"), mp, "must be unique"));
         }
         let sub = st(m, "subPathExpr");
         if !sub.is_empty() && !st(m, "subPath").is_empty() {
-            out.push(Cause::invalid(
-                format!("{p}.subPathExpr"),
-                sub,
-                "subPathExpr and subPath are mutually exclusive",
-            ));
+            out.push(Cause::invalid(format!("{p}.subPathExpr"), sub, "subPathExpr and subPath are mutually exclusive"));
         }
     }
 }
@@ -1791,20 +1441,10 @@ fn overcommit_allowed(name: &str) -> bool {
 }
 
 fn validate_resource_name(name: &str, p: &str, out: &mut Vec<Cause>) {
-    out.extend(
-        qualified_name_errors(name)
-            .iter()
-            .map(|m| Cause::invalid(p, name, m)),
-    );
-    if !name.contains('/')
-        && !["cpu", "memory", "ephemeral-storage"].contains(&name)
-        && !name.starts_with("hugepages-")
+    out.extend(qualified_name_errors(name).iter().map(|m| Cause::invalid(p, name, m)));
+    if !name.contains('/') && !["cpu", "memory", "ephemeral-storage"].contains(&name) && !name.starts_with("hugepages-")
     {
-        out.push(Cause::invalid(
-            p,
-            name,
-            "must be a standard resource for containers",
-        ));
+        out.push(Cause::invalid(p, name, "must be a standard resource for containers"));
     }
 }
 
@@ -1839,13 +1479,11 @@ fn validate_resources(res: &Value, path: &str, out: &mut Vec<Cause>) {
         }
         let shown = quantity_text(q);
         match parsed_limits.get(name.as_str()) {
-            Some((lim, lim_text)) if v != *lim && !overcommit_allowed(name) => {
-                out.push(Cause::invalid(
-                    req_path.as_str(),
-                    shown,
-                    &format!("must be equal to {name} limit of {lim_text}"),
-                ))
-            }
+            Some((lim, lim_text)) if v != *lim && !overcommit_allowed(name) => out.push(Cause::invalid(
+                req_path.as_str(),
+                shown,
+                &format!("must be equal to {name} limit of {lim_text}"),
+            )),
             Some((lim, lim_text)) if v > *lim => out.push(Cause::invalid(
                 req_path.as_str(),
                 shown,
@@ -1853,10 +1491,7 @@ fn validate_resources(res: &Value, path: &str, out: &mut Vec<Cause>) {
             )),
             Some(_) => {}
             None if !overcommit_allowed(name) && !limits.contains_key(name) => {
-                out.push(Cause::required(
-                    lim_path.as_str(),
-                    "Limit must be set for non overcommitable resources",
-                ));
+                out.push(Cause::required(lim_path.as_str(), "Limit must be set for non overcommitable resources"));
             }
             None => {}
         }
@@ -1870,13 +1505,7 @@ fn validate_probes(c: &Value, p: &str, out: &mut Vec<Cause>) {
         };
         let pp = format!("{p}.{probe}");
         validate_handler(pr, &pp, &["exec", "httpGet", "tcpSocket", "grpc"], out);
-        for key in [
-            "initialDelaySeconds",
-            "timeoutSeconds",
-            "periodSeconds",
-            "successThreshold",
-            "failureThreshold",
-        ] {
+        for key in ["initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"] {
             if let Some(n) = int(pr, key) {
                 if n < 0 {
                     out.push(Cause::invalid(format!("{pp}.{key}"), n, IS_NEGATIVE_MSG));
@@ -1886,11 +1515,7 @@ fn validate_probes(c: &Value, p: &str, out: &mut Vec<Cause>) {
         if probe != "readinessProbe" {
             if let Some(n) = int(pr, "successThreshold") {
                 if n != 1 {
-                    out.push(Cause::invalid(
-                        format!("{pp}.successThreshold"),
-                        n,
-                        "must be 1",
-                    ));
+                    out.push(Cause::invalid(format!("{pp}.successThreshold"), n, "must be 1"));
                 }
             }
         }
@@ -1900,12 +1525,7 @@ fn validate_probes(c: &Value, p: &str, out: &mut Vec<Cause>) {
 fn validate_lifecycle(l: &Value, p: &str, out: &mut Vec<Cause>) {
     for hook in ["postStart", "preStop"] {
         if let Some(h) = l.get(hook).filter(|v| !v.is_null()) {
-            validate_handler(
-                h,
-                &format!("{p}.{hook}"),
-                &["exec", "httpGet", "tcpSocket", "sleep"],
-                out,
-            );
+            validate_handler(h, &format!("{p}.{hook}"), &["exec", "httpGet", "tcpSocket", "sleep"], out);
         }
     }
 }
@@ -1918,17 +1538,12 @@ fn validate_handler(h: &Value, p: &str, kinds: &[&str], out: &mut Vec<Cause>) {
         };
         let ap = format!("{p}.{kind}");
         if n > 0 {
-            out.push(Cause::forbidden(
-                ap,
-                "may not specify more than 1 handler type",
-            ));
+            out.push(Cause::forbidden(ap, "may not specify more than 1 handler type"));
             continue;
         }
         n += 1;
         match *kind {
-            "exec" if arr(action, "command").is_empty() => {
-                out.push(Cause::required(format!("{ap}.command"), ""))
-            }
+            "exec" if arr(action, "command").is_empty() => out.push(Cause::required(format!("{ap}.command"), "")),
             "httpGet" => {
                 if action.get("path").and_then(Value::as_str) == Some("") {
                     out.push(Cause::required(format!("{ap}.path"), ""));
@@ -1936,16 +1551,10 @@ fn validate_handler(h: &Value, p: &str, kinds: &[&str], out: &mut Vec<Cause>) {
                 validate_port_num_or_name(action.get("port"), &format!("{ap}.port"), out);
                 let scheme = st(action, "scheme");
                 if !scheme.is_empty() && scheme != "HTTP" && scheme != "HTTPS" {
-                    out.push(Cause::not_supported(
-                        format!("{ap}.scheme"),
-                        scheme,
-                        &["HTTP", "HTTPS"],
-                    ));
+                    out.push(Cause::not_supported(format!("{ap}.scheme"), scheme, &["HTTP", "HTTPS"]));
                 }
             }
-            "tcpSocket" | "grpc" => {
-                validate_port_num_or_name(action.get("port"), &format!("{ap}.port"), out)
-            }
+            "tcpSocket" | "grpc" => validate_port_num_or_name(action.get("port"), &format!("{ap}.port"), out),
             _ => {}
         }
     }
@@ -1960,14 +1569,8 @@ fn validate_port_num_or_name(port: Option<&Value>, p: &str, out: &mut Vec<Cause>
             let n = n.as_i64().unwrap_or(0);
             out.extend(port_num_errors(n).iter().map(|m| Cause::invalid(p, n, m)));
         }
-        Some(Value::String(s)) => {
-            out.extend(port_name_errors(s).iter().map(|m| Cause::invalid(p, s, m)))
-        }
-        _ => out.extend(
-            port_num_errors(0)
-                .iter()
-                .map(|m| Cause::invalid(p, 0i64, m)),
-        ),
+        Some(Value::String(s)) => out.extend(port_name_errors(s).iter().map(|m| Cause::invalid(p, s, m))),
+        _ => out.extend(port_num_errors(0).iter().map(|m| Cause::invalid(p, 0i64, m))),
     }
 }
 
@@ -1979,11 +1582,7 @@ fn validate_tolerations(tolerations: &[Value], path: &str, out: &mut Vec<Cause>)
         let effect = st(t, "effect");
         let value = st(t, "value");
         if !key.is_empty() {
-            out.extend(
-                qualified_name_errors(key)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.key"), key, m)),
-            );
+            out.extend(qualified_name_errors(key).iter().map(|m| Cause::invalid(format!("{p}.key"), key, m)));
         }
         if key.is_empty() && op != "Exists" {
             out.push(Cause::invalid(
@@ -2003,11 +1602,7 @@ fn validate_tolerations(tolerations: &[Value], path: &str, out: &mut Vec<Cause>)
             "Equal" | "" => {
                 let errs = label_value_errors(value);
                 if !errs.is_empty() {
-                    out.push(Cause::invalid(
-                        format!("{p}.operator"),
-                        value,
-                        &errs.join(";"),
-                    ));
+                    out.push(Cause::invalid(format!("{p}.operator"), value, &errs.join(";")));
                 }
             }
             "Exists" => {
@@ -2019,14 +1614,9 @@ fn validate_tolerations(tolerations: &[Value], path: &str, out: &mut Vec<Cause>)
                     ));
                 }
             }
-            _ => out.push(Cause::not_supported(
-                format!("{p}.operator"),
-                op,
-                &["Equal", "Exists"],
-            )),
+            _ => out.push(Cause::not_supported(format!("{p}.operator"), op, &["Equal", "Exists"])),
         }
-        if !effect.is_empty() && !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect)
-        {
+        if !effect.is_empty() && !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
             out.push(Cause::not_supported(
                 format!("{p}.effect"),
                 effect,
@@ -2047,10 +1637,7 @@ fn pod_container_count_change(new: &Value, old: &Value) -> Option<Cause> {
     let os = obj_or_null(old, "spec");
     for key in ["containers", "initContainers"] {
         if arr(ns, key).len() != arr(os, key).len() {
-            return Some(Cause::forbidden(
-                format!("spec.{key}"),
-                "pod updates may not add or remove containers",
-            ));
+            return Some(Cause::forbidden(format!("spec.{key}"), "pod updates may not add or remove containers"));
         }
     }
     None
@@ -2059,11 +1646,7 @@ fn pod_container_count_change(new: &Value, old: &Value) -> Option<Cause> {
 fn validate_pod_spec_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     if let Some(ads) = int(new, "activeDeadlineSeconds") {
         if !(0..=i64::from(i32::MAX)).contains(&ads) {
-            out.push(Cause::invalid(
-                "spec.activeDeadlineSeconds",
-                ads,
-                &inclusive_range_error(0, i64::from(i32::MAX)),
-            ));
+            out.push(Cause::invalid("spec.activeDeadlineSeconds", ads, &inclusive_range_error(0, i64::from(i32::MAX))));
             return;
         }
         if let Some(old_ads) = int(old, "activeDeadlineSeconds") {
@@ -2086,11 +1669,9 @@ fn validate_pod_spec_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     // Only additions to tolerations; an existing one may change only its tolerationSeconds.
     let new_tol = arr(new, "tolerations");
     for old_t in arr(old, "tolerations") {
-        let found = new_tol.iter().any(|n| {
-            ["key", "operator", "value", "effect"]
-                .iter()
-                .all(|k| semantic_eq(n.get(*k), old_t.get(*k)))
-        });
+        let found = new_tol
+            .iter()
+            .any(|n| ["key", "operator", "value", "effect"].iter().all(|k| semantic_eq(n.get(*k), old_t.get(*k))));
         if !found {
             out.push(Cause::forbidden(
                 "spec.tolerations",
@@ -2115,12 +1696,7 @@ fn validate_pod_spec_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
                 }
             }
         }
-        for key in [
-            "activeDeadlineSeconds",
-            "tolerations",
-            "schedulingGates",
-            "terminationGracePeriodSeconds",
-        ] {
+        for key in ["activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds"] {
             match old.get(key) {
                 Some(v) => m.insert(key.to_string(), v.clone()),
                 None => m.remove(key),
@@ -2138,9 +1714,7 @@ fn validate_pod_spec_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
         let diff = spec_diff(old, &munged);
         out.push(Cause::forbidden(
             "spec",
-            &format!(
-                "pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{diff}"
-            ),
+            &format!("pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{diff}"),
         ));
     }
 }
@@ -2173,18 +1747,11 @@ fn validate_pod_status_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
         out.push(Cause::not_supported("status.phase", phase, &phases));
     }
     if st(obj_or_null(new, "spec"), "nodeName") != st(obj_or_null(old, "spec"), "nodeName") {
-        out.push(Cause::forbidden(
-            "status.nodeName",
-            "may not be changed directly",
-        ));
+        out.push(Cause::forbidden("status.nodeName", "may not be changed directly"));
     }
     let old_qos = st(old_status, "qosClass");
     if !old_qos.is_empty() && st(status, "qosClass") != old_qos {
-        out.push(Cause::invalid(
-            "status.qosClass",
-            st(status, "qosClass"),
-            IMMUTABLE_MSG,
-        ));
+        out.push(Cause::invalid("status.qosClass", st(status, "qosClass"), IMMUTABLE_MSG));
     }
     for key in ["podIPs", "hostIPs"] {
         for (i, ip) in arr(status, key).iter().enumerate() {
@@ -2198,11 +1765,7 @@ fn validate_pod_status_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     if restart != "Always" {
         let new_statuses = arr(status, "containerStatuses");
         for (i, os) in arr(old_status, "containerStatuses").iter().enumerate() {
-            let Some(term) = os
-                .get("state")
-                .and_then(|s| s.get("terminated"))
-                .filter(|t| !t.is_null())
-            else {
+            let Some(term) = os.get("state").and_then(|s| s.get("terminated")).filter(|t| !t.is_null()) else {
                 continue;
             };
             if int(term, "exitCode").unwrap_or(0) != 0 && restart == "OnFailure" {
@@ -2210,10 +1773,7 @@ fn validate_pod_status_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
             }
             let revived = new_statuses.iter().any(|ns| {
                 st(ns, "name") == st(os, "name")
-                    && ns
-                        .get("state")
-                        .and_then(|s| s.get("terminated"))
-                        .is_none_or(Value::is_null)
+                    && ns.get("state").and_then(|s| s.get("terminated")).is_none_or(Value::is_null)
             });
             if revived {
                 out.push(Cause::forbidden(
@@ -2261,22 +1821,13 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
         )),
         "ExternalName" => {
             if !service_cluster_ips(spec).is_empty() {
-                out.push(Cause::forbidden(
-                    "spec.clusterIPs",
-                    "may not be set for ExternalName services",
-                ));
+                out.push(Cause::forbidden("spec.clusterIPs", "may not be set for ExternalName services"));
             }
             if !arr(spec, "ipFamilies").is_empty() {
-                out.push(Cause::forbidden(
-                    "spec.ipFamilies",
-                    "may not be set for ExternalName services",
-                ));
+                out.push(Cause::forbidden("spec.ipFamilies", "may not be set for ExternalName services"));
             }
             if has(spec, "ipFamilyPolicy") {
-                out.push(Cause::forbidden(
-                    "spec.ipFamilyPolicy",
-                    "may not be set for ExternalName services",
-                ));
+                out.push(Cause::forbidden("spec.ipFamilyPolicy", "may not be set for ExternalName services"));
             }
             let cname = st(spec, "externalName");
             let cname = cname.strip_suffix('.').unwrap_or(cname);
@@ -2284,9 +1835,7 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
                 out.push(Cause::required("spec.externalName", ""));
             } else {
                 out.extend(
-                    dns1123_subdomain_errors(cname)
-                        .iter()
-                        .map(|m| Cause::invalid("spec.externalName", cname, m)),
+                    dns1123_subdomain_errors(cname).iter().map(|m| Cause::invalid("spec.externalName", cname, m)),
                 );
             }
         }
@@ -2299,28 +1848,16 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
         if ports.len() > 1 && name.is_empty() {
             out.push(Cause::required(format!("{p}.name"), ""));
         } else if !name.is_empty() {
-            out.extend(
-                dns1123_label_errors(name)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.name"), name, m)),
-            );
+            out.extend(dns1123_label_errors(name).iter().map(|m| Cause::invalid(format!("{p}.name"), name, m)));
             if !names.insert(name) {
                 out.push(Cause::duplicate(format!("{p}.name"), name));
             }
         }
         let num = int(port, "port").unwrap_or(0);
-        out.extend(
-            port_num_errors(num)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.port"), num, m)),
-        );
+        out.extend(port_num_errors(num).iter().map(|m| Cause::invalid(format!("{p}.port"), num, m)));
         let proto = st(port, "protocol");
         if !proto.is_empty() && !PROTOCOLS.contains(&proto) {
-            out.push(Cause::not_supported(
-                format!("{p}.protocol"),
-                proto,
-                &PROTOCOLS,
-            ));
+            out.push(Cause::not_supported(format!("{p}.protocol"), proto, &PROTOCOLS));
         }
         if let Some(tp) = port.get("targetPort").filter(|v| !v.is_null()) {
             validate_port_num_or_name(Some(tp), &format!("{p}.targetPort"), out);
@@ -2371,11 +1908,7 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
                 }
             }
         }
-        other => out.push(Cause::not_supported(
-            "spec.sessionAffinity",
-            other,
-            &["ClientIP", "None"],
-        )),
+        other => out.push(Cause::not_supported("spec.sessionAffinity", other, &["ClientIP", "None"])),
     }
 
     if ty != "ExternalName" {
@@ -2398,10 +1931,7 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
         };
         let node_port = int(port, "nodePort").unwrap_or(0);
         if node_port != 0 && !node_ports.insert((proto, node_port)) {
-            out.push(Cause::duplicate(
-                format!("spec.ports[{i}].nodePort"),
-                node_port,
-            ));
+            out.push(Cause::duplicate(format!("spec.ports[{i}].nodePort"), node_port));
         }
         let num = int(port, "port").unwrap_or(0);
         if !seen_ports.insert((proto, num)) {
@@ -2409,10 +1939,7 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
                 "core.ServicePort{{Name:\"\", Protocol:{}, AppProtocol:(*string)(nil), Port:{num}, TargetPort:intstr.IntOrString{{Type:0, IntVal:0, StrVal:\"\"}}, NodePort:0}}",
                 go_quote(proto)
             );
-            out.push(Cause::duplicate(
-                format!("spec.ports[{i}]"),
-                BadValue::Raw(shown),
-            ));
+            out.push(Cause::duplicate(format!("spec.ports[{i}]"), BadValue::Raw(shown)));
         }
     }
     if has(spec, "allocateLoadBalancerNodePorts") && ty != "LoadBalancer" {
@@ -2421,8 +1948,8 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
             "may only be used when `type` is 'LoadBalancer'",
         ));
     }
-    let external = matches!(ty, "LoadBalancer" | "NodePort")
-        || (ty == "ClusterIP" && !arr(spec, "externalIPs").is_empty());
+    let external =
+        matches!(ty, "LoadBalancer" | "NodePort") || (ty == "ClusterIP" && !arr(spec, "externalIPs").is_empty());
     let etp = st(spec, "externalTrafficPolicy");
     if !etp.is_empty() {
         if !external {
@@ -2432,20 +1959,12 @@ fn validate_service(svc: &Value, out: &mut Vec<Cause>) {
                 "may only be set for externally-accessible services",
             ));
         } else if etp != "Cluster" && etp != "Local" {
-            out.push(Cause::not_supported(
-                "spec.externalTrafficPolicy",
-                etp,
-                &["Cluster", "Local"],
-            ));
+            out.push(Cause::not_supported("spec.externalTrafficPolicy", etp, &["Cluster", "Local"]));
         }
     }
     let itp = st(spec, "internalTrafficPolicy");
     if !itp.is_empty() && itp != "Cluster" && itp != "Local" {
-        out.push(Cause::not_supported(
-            "spec.internalTrafficPolicy",
-            itp,
-            &["Cluster", "Local"],
-        ));
+        out.push(Cause::not_supported("spec.internalTrafficPolicy", itp, &["Cluster", "Local"]));
     }
 }
 
@@ -2464,11 +1983,7 @@ fn validate_cluster_ips(spec: &Value, out: &mut Vec<Cause>) {
     let mut seen = HashSet::new();
     for (i, f) in families.iter().enumerate() {
         if f != "IPv4" && f != "IPv6" {
-            out.push(Cause::not_supported(
-                format!("spec.ipFamilies[{i}]"),
-                f,
-                &["IPv4", "IPv6"],
-            ));
+            out.push(Cause::not_supported(format!("spec.ipFamilies[{i}]"), f, &["IPv4", "IPv6"]));
         }
         if !seen.insert(f) {
             out.push(Cause::duplicate(format!("spec.ipFamilies[{i}]"), f));
@@ -2477,11 +1992,7 @@ fn validate_cluster_ips(spec: &Value, out: &mut Vec<Cause>) {
     let policy = st(spec, "ipFamilyPolicy");
     let policies = ["PreferDualStack", "RequireDualStack", "SingleStack"];
     if has(spec, "ipFamilyPolicy") && !policies.contains(&policy) {
-        out.push(Cause::not_supported(
-            "spec.ipFamilyPolicy",
-            policy,
-            &policies,
-        ));
+        out.push(Cause::not_supported("spec.ipFamilyPolicy", policy, &policies));
     }
     // Validate clusterIPs if given, else the lone clusterIP at its own path.
     let (ips, field): (Vec<String>, &str) = if listed.is_empty() {
@@ -2491,11 +2002,7 @@ fn validate_cluster_ips(spec: &Value, out: &mut Vec<Cause>) {
     };
     let mut bad = false;
     for (i, ip) in ips.iter().enumerate() {
-        let p = if listed.is_empty() {
-            field.to_string()
-        } else {
-            format!("{field}[{i}]")
-        };
+        let p = if listed.is_empty() { field.to_string() } else { format!("{field}[{i}]") };
         if i == 0 && ip == "None" {
             if ips.len() > 1 {
                 bad = true;
@@ -2515,20 +2022,13 @@ fn validate_cluster_ips(spec: &Value, out: &mut Vec<Cause>) {
     }
     if ips.len() > 2 {
         let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
-        out.push(Cause::invalid(
-            field,
-            BadValue::Raw(go_slice("string", &refs)),
-            "may only hold up to 2 values",
-        ));
+        out.push(Cause::invalid(field, BadValue::Raw(go_slice("string", &refs)), "may only hold up to 2 values"));
     }
     if bad {
         return;
     }
     if ips.len() == 2 {
-        let v6: Vec<bool> = ips
-            .iter()
-            .map(|ip| ip.parse::<IpAddr>().is_ok_and(|a| a.is_ipv6()))
-            .collect();
+        let v6: Vec<bool> = ips.iter().map(|ip| ip.parse::<IpAddr>().is_ok_and(|a| a.is_ipv6())).collect();
         if v6[0] == v6[1] {
             let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
             out.push(Cause::invalid(
@@ -2541,23 +2041,11 @@ fn validate_cluster_ips(spec: &Value, out: &mut Vec<Cause>) {
     if !is_headless(spec) {
         for (i, (ip, fam)) in ips.iter().zip(&families).enumerate() {
             let is_v6 = ip.parse::<IpAddr>().is_ok_and(|a| a.is_ipv6());
-            let p = if listed.is_empty() {
-                field.to_string()
-            } else {
-                format!("{field}[{i}]")
-            };
+            let p = if listed.is_empty() { field.to_string() } else { format!("{field}[{i}]") };
             if fam == "IPv4" && is_v6 {
-                out.push(Cause::invalid(
-                    p,
-                    ip,
-                    &format!("expected an IPv4 value as indicated by `ipFamilies[{i}]`"),
-                ));
+                out.push(Cause::invalid(p, ip, &format!("expected an IPv4 value as indicated by `ipFamilies[{i}]`")));
             } else if fam == "IPv6" && !is_v6 {
-                out.push(Cause::invalid(
-                    p,
-                    ip,
-                    &format!("expected an IPv6 value as indicated by `ipFamilies[{i}]`"),
-                ));
+                out.push(Cause::invalid(p, ip, &format!("expected an IPv6 value as indicated by `ipFamilies[{i}]`")));
             }
         }
     }
@@ -2569,40 +2057,24 @@ fn validate_non_special_ip(ip: &str, p: &str, out: &mut Vec<Cause>) {
         return;
     };
     if addr.is_unspecified() {
-        out.push(Cause::invalid(
-            p,
-            ip,
-            &format!("may not be unspecified ({ip})"),
-        ));
+        out.push(Cause::invalid(p, ip, &format!("may not be unspecified ({ip})")));
     }
     if addr.is_loopback() {
-        out.push(Cause::invalid(
-            p,
-            ip,
-            "may not be in the loopback range (127.0.0.0/8, ::1/128)",
-        ));
+        out.push(Cause::invalid(p, ip, "may not be in the loopback range (127.0.0.0/8, ::1/128)"));
     }
     let link_local_unicast = match addr {
         IpAddr::V4(a) => a.is_link_local(),
         IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
     };
     if link_local_unicast {
-        out.push(Cause::invalid(
-            p,
-            ip,
-            "may not be in the link-local range (169.254.0.0/16, fe80::/10)",
-        ));
+        out.push(Cause::invalid(p, ip, "may not be in the link-local range (169.254.0.0/16, fe80::/10)"));
     }
     let link_local_multicast = match addr {
         IpAddr::V4(a) => a.octets()[0] == 224 && a.octets()[1] == 0 && a.octets()[2] == 0,
         IpAddr::V6(a) => (a.segments()[0] & 0xff0f) == 0xff02,
     };
     if link_local_multicast {
-        out.push(Cause::invalid(
-            p,
-            ip,
-            "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)",
-        ));
+        out.push(Cause::invalid(p, ip, "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)"));
     }
 }
 
@@ -2629,11 +2101,7 @@ fn validate_service_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
             }
         }
     } else if new_ips[0] != old_ips[0] {
-        out.push(Cause::invalid(
-            "spec.clusterIPs[0]",
-            BadValue::Raw(shown),
-            "may not change once set",
-        ));
+        out.push(Cause::invalid("spec.clusterIPs[0]", BadValue::Raw(shown), "may not change once set"));
     }
     let new_fam = strs(new, "ipFamilies");
     let old_fam = strs(old, "ipFamilies");
@@ -2659,33 +2127,20 @@ fn validate_label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
         let p = format!("{path}.matchExpressions[{i}]");
         let values = strs(req, "values");
         match st(req, "operator") {
-            "In" | "NotIn" if values.is_empty() => out.push(Cause::required(
-                format!("{p}.values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
+            "In" | "NotIn" if values.is_empty() => {
+                out.push(Cause::required(format!("{p}.values"), "must be specified when `operator` is 'In' or 'NotIn'"))
+            }
             "Exists" | "DoesNotExist" if !values.is_empty() => out.push(Cause::forbidden(
                 format!("{p}.values"),
                 "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
             )),
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            op => out.push(Cause::invalid(
-                format!("{p}.operator"),
-                op,
-                "not a valid selector operator",
-            )),
+            op => out.push(Cause::invalid(format!("{p}.operator"), op, "not a valid selector operator")),
         }
         let key = st(req, "key");
-        out.extend(
-            qualified_name_errors(key)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.key"), key, m)),
-        );
+        out.extend(qualified_name_errors(key).iter().map(|m| Cause::invalid(format!("{p}.key"), key, m)));
         for (j, v) in values.iter().enumerate() {
-            out.extend(
-                label_value_errors(v)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.values[{j}]"), v, m)),
-            );
+            out.extend(label_value_errors(v).iter().map(|m| Cause::invalid(format!("{p}.values[{j}]"), v, m)));
         }
     }
 }
@@ -2696,10 +2151,8 @@ fn selector_is_empty(sel: &Value) -> bool {
 
 fn selector_matches(sel: &Value, labels: Option<&Map<String, Value>>) -> bool {
     let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-    let labels_ok = obj(sel, "matchLabels").is_none_or(|m| {
-        m.iter()
-            .all(|(k, v)| get(k).is_some() && get(k) == v.as_str())
-    });
+    let labels_ok =
+        obj(sel, "matchLabels").is_none_or(|m| m.iter().all(|(k, v)| get(k).is_some() && get(k) == v.as_str()));
     labels_ok
         && arr(sel, "matchExpressions").iter().all(|req| {
             let key = st(req, "key");
@@ -2766,10 +2219,7 @@ fn validate_selector_and_template(spec: &Value, out: &mut Vec<Cause>) {
     let template = obj_or_null(spec, "template");
     let tmeta = obj_or_null(template, "metadata");
     let tlabels = obj(tmeta, "labels");
-    if let Some(sel) = spec
-        .get("selector")
-        .filter(|s| !s.is_null() && !selector_is_empty(s))
-    {
+    if let Some(sel) = spec.get("selector").filter(|s| !s.is_null() && !selector_is_empty(s)) {
         if !selector_matches(sel, tlabels) {
             out.push(Cause::invalid(
                 "spec.template.metadata.labels",
@@ -2784,11 +2234,7 @@ fn validate_selector_and_template(spec: &Value, out: &mut Vec<Cause>) {
     validate_pod_spec(tspec, "spec.template.spec", false, out);
     let rp = st(tspec, "restartPolicy");
     if !rp.is_empty() && rp != "Always" {
-        out.push(Cause::not_supported(
-            "spec.template.spec.restartPolicy",
-            rp,
-            &["Always"],
-        ));
+        out.push(Cause::not_supported("spec.template.spec.restartPolicy", rp, &["Always"]));
     }
     if has(tspec, "activeDeadlineSeconds") {
         out.push(Cause::forbidden(
@@ -2812,10 +2258,7 @@ fn int_or_percent(v: Option<&Value>) -> Option<(String, i64)> {
             Some((n.to_string(), n))
         }
         Value::String(s) => {
-            let n = s
-                .strip_suffix('%')
-                .and_then(|d| d.parse::<i64>().ok())
-                .unwrap_or(0);
+            let n = s.strip_suffix('%').and_then(|d| d.parse::<i64>().ok()).unwrap_or(0);
             Some((s.clone(), n))
         }
         _ => None,
@@ -2845,17 +2288,18 @@ fn validate_deployment_spec(spec: &Value, out: &mut Vec<Cause>) {
                 };
                 zero[idx] = n == 0;
                 if let Some(Value::String(s)) = ru.get(*key) {
-                    out.extend(percent_errors(s).iter().map(|m| {
-                        Cause::invalid(format!("{p}.{key}"), BadValue::Raw(shown.clone()), m)
-                    }));
+                    out.extend(
+                        percent_errors(s)
+                            .iter()
+                            .map(|m| Cause::invalid(format!("{p}.{key}"), BadValue::Raw(shown.clone()), m)),
+                    );
                 } else if n < 0 {
                     out.push(Cause::invalid(format!("{p}.{key}"), n, IS_NEGATIVE_MSG));
                 }
             }
             let both_set = has(ru, "maxUnavailable") && has(ru, "maxSurge");
             if both_set && zero[0] && zero[1] {
-                let shown =
-                    int_or_percent(ru.get("maxUnavailable")).map_or_else(String::new, |s| s.0);
+                let shown = int_or_percent(ru.get("maxUnavailable")).map_or_else(String::new, |s| s.0);
                 out.push(Cause::invalid(
                     format!("{p}.maxUnavailable"),
                     BadValue::Raw(shown),
@@ -2863,11 +2307,7 @@ fn validate_deployment_spec(spec: &Value, out: &mut Vec<Cause>) {
                 ));
             }
             if let Some(Value::String(s)) = ru.get("maxUnavailable") {
-                if percent_errors(s).is_empty()
-                    && s.trim_end_matches('%')
-                        .parse::<i64>()
-                        .is_ok_and(|n| n > 100)
-                {
+                if percent_errors(s).is_empty() && s.trim_end_matches('%').parse::<i64>().is_ok_and(|n| n > 100) {
                     out.push(Cause::invalid(
                         format!("{p}.maxUnavailable"),
                         BadValue::Raw(s.clone()),
@@ -2876,38 +2316,21 @@ fn validate_deployment_spec(spec: &Value, out: &mut Vec<Cause>) {
                 }
             }
         }
-        other => out.push(Cause::not_supported(
-            "spec.strategy.type",
-            other,
-            &["Recreate", "RollingUpdate"],
-        )),
+        other => out.push(Cause::not_supported("spec.strategy.type", other, &["Recreate", "RollingUpdate"])),
     }
     validate_nonnegative(spec, "minReadySeconds", "spec", out);
     validate_nonnegative(spec, "revisionHistoryLimit", "spec", out);
     if let Some(pds) = int(spec, "progressDeadlineSeconds") {
         if pds < 0 {
-            out.push(Cause::invalid(
-                "spec.progressDeadlineSeconds",
-                pds,
-                IS_NEGATIVE_MSG,
-            ));
+            out.push(Cause::invalid("spec.progressDeadlineSeconds", pds, IS_NEGATIVE_MSG));
         }
         if pds <= int(spec, "minReadySeconds").unwrap_or(0) {
-            out.push(Cause::invalid(
-                "spec.progressDeadlineSeconds",
-                pds,
-                "must be greater than minReadySeconds",
-            ));
+            out.push(Cause::invalid("spec.progressDeadlineSeconds", pds, "must be greater than minReadySeconds"));
         }
     }
 }
 
-fn validate_replica_status(
-    status: &Value,
-    nonneg: &[&str],
-    bounded: &[&str],
-    out: &mut Vec<Cause>,
-) {
+fn validate_replica_status(status: &Value, nonneg: &[&str], bounded: &[&str], out: &mut Vec<Cause>) {
     for key in nonneg {
         validate_nonnegative(status, key, "status", out);
     }
@@ -2915,20 +2338,12 @@ fn validate_replica_status(
     for key in bounded {
         let n = int(status, key).unwrap_or(0);
         if n > replicas {
-            out.push(Cause::invalid(
-                format!("status.{key}"),
-                n,
-                "cannot be greater than status.replicas",
-            ));
+            out.push(Cause::invalid(format!("status.{key}"), n, "cannot be greater than status.replicas"));
         }
     }
     let available = int(status, "availableReplicas").unwrap_or(0);
     if available > int(status, "readyReplicas").unwrap_or(0) {
-        out.push(Cause::invalid(
-            "status.availableReplicas",
-            available,
-            "cannot be greater than readyReplicas",
-        ));
+        out.push(Cause::invalid("status.availableReplicas", available, "cannot be greater than readyReplicas"));
     }
 }
 
@@ -2949,17 +2364,9 @@ fn validate_config_map(cm: &Value, out: &mut Vec<Cause>) {
     if let Some(data) = obj(cm, "data") {
         for (k, v) in data {
             let p = format!("data[{k}]");
-            out.extend(
-                config_map_key_errors(k)
-                    .iter()
-                    .map(|m| Cause::invalid(p.as_str(), k, m)),
-            );
+            out.extend(config_map_key_errors(k).iter().map(|m| Cause::invalid(p.as_str(), k, m)));
             if binary.is_some_and(|b| b.contains_key(k)) {
-                out.push(Cause::invalid(
-                    p.as_str(),
-                    k,
-                    "duplicate of key present in binaryData",
-                ));
+                out.push(Cause::invalid(p.as_str(), k, "duplicate of key present in binaryData"));
             }
             total += v.as_str().map_or(0, str::len);
         }
@@ -2967,11 +2374,7 @@ fn validate_config_map(cm: &Value, out: &mut Vec<Cause>) {
     if let Some(data) = binary {
         for (k, v) in data {
             let p = format!("binaryData[{k}]");
-            out.extend(
-                config_map_key_errors(k)
-                    .iter()
-                    .map(|m| Cause::invalid(p.as_str(), k, m)),
-            );
+            out.extend(config_map_key_errors(k).iter().map(|m| Cause::invalid(p.as_str(), k, m)));
             total += v.as_str().map_or(0, base64_decoded_len);
         }
     }
@@ -2988,25 +2391,15 @@ fn validate_secret(secret: &Value, out: &mut Vec<Cause>) {
         let Some(map) = map else { continue };
         for (k, v) in map {
             let p = format!("data[{k}]");
-            out.extend(
-                config_map_key_errors(k)
-                    .iter()
-                    .map(|m| Cause::invalid(p.as_str(), k, m)),
-            );
+            out.extend(config_map_key_errors(k).iter().map(|m| Cause::invalid(p.as_str(), k, m)));
             let s = v.as_str().unwrap_or("");
-            total += if decode {
-                base64_decoded_len(s)
-            } else {
-                s.len()
-            };
+            total += if decode { base64_decoded_len(s) } else { s.len() };
         }
     }
     if total > MAX_SECRET_SIZE {
         out.push(Cause::too_long("data", MAX_SECRET_SIZE));
     }
-    let has_key = |k: &str| {
-        data.is_some_and(|d| d.contains_key(k)) || string_data.is_some_and(|d| d.contains_key(k))
-    };
+    let has_key = |k: &str| data.is_some_and(|d| d.contains_key(k)) || string_data.is_some_and(|d| d.contains_key(k));
     let mut require = |k: &str| {
         if !has_key(k) {
             out.push(Cause::required(format!("data[{k}]"), ""));
@@ -3015,13 +2408,9 @@ fn validate_secret(secret: &Value, out: &mut Vec<Cause>) {
     match st(secret, "type") {
         "kubernetes.io/service-account-token" => {
             let meta = obj_or_null(secret, "metadata");
-            let sa =
-                obj(meta, "annotations").and_then(|a| a.get("kubernetes.io/service-account.name"));
+            let sa = obj(meta, "annotations").and_then(|a| a.get("kubernetes.io/service-account.name"));
             if sa.and_then(Value::as_str).unwrap_or("").is_empty() {
-                out.push(Cause::required(
-                    "metadata.annotations[kubernetes.io/service-account.name]",
-                    "",
-                ));
+                out.push(Cause::required("metadata.annotations[kubernetes.io/service-account.name]", ""));
             }
         }
         "kubernetes.io/dockercfg" => require(".dockercfg"),
@@ -3044,17 +2433,11 @@ fn validate_immutable_data(new: &Value, old: &Value, fields: &[&str], out: &mut 
         return;
     }
     if new.get("immutable").and_then(Value::as_bool) != Some(true) {
-        out.push(Cause::forbidden(
-            "immutable",
-            "field is immutable when `immutable` is set",
-        ));
+        out.push(Cause::forbidden("immutable", "field is immutable when `immutable` is set"));
     }
     for f in fields {
         if !semantic_eq(new.get(*f), old.get(*f)) {
-            out.push(Cause::forbidden(
-                *f,
-                "field is immutable when `immutable` is set",
-            ));
+            out.push(Cause::forbidden(*f, "field is immutable when `immutable` is set"));
         }
     }
 }
@@ -3063,46 +2446,24 @@ fn validate_immutable_data(new: &Value, old: &Value, fields: &[&str], out: &mut 
 // Endpoints, EndpointSlices, Events, Nodes
 // ---------------------------------------------------------------------------------------------
 
-fn validate_endpoint_port(
-    port: &Value,
-    require_name: bool,
-    port_optional: bool,
-    p: &str,
-    out: &mut Vec<Cause>,
-) {
+fn validate_endpoint_port(port: &Value, require_name: bool, port_optional: bool, p: &str, out: &mut Vec<Cause>) {
     let name = st(port, "name");
     if require_name && name.is_empty() {
         out.push(Cause::required(format!("{p}.name"), ""));
     } else if !name.is_empty() {
-        out.extend(
-            dns1123_label_errors(name)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.name"), name, m)),
-        );
+        out.extend(dns1123_label_errors(name).iter().map(|m| Cause::invalid(format!("{p}.name"), name, m)));
     }
     if !port_optional || has(port, "port") {
         let n = int(port, "port").unwrap_or(0);
-        out.extend(
-            port_num_errors(n)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.port"), n, m)),
-        );
+        out.extend(port_num_errors(n).iter().map(|m| Cause::invalid(format!("{p}.port"), n, m)));
     }
     let proto = st(port, "protocol");
     if !proto.is_empty() && !PROTOCOLS.contains(&proto) {
-        out.push(Cause::not_supported(
-            format!("{p}.protocol"),
-            proto,
-            &PROTOCOLS,
-        ));
+        out.push(Cause::not_supported(format!("{p}.protocol"), proto, &PROTOCOLS));
     }
     let app = st(port, "appProtocol");
     if has(port, "appProtocol") {
-        out.extend(
-            qualified_name_errors(app)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.appProtocol"), app, m)),
-        );
+        out.extend(qualified_name_errors(app).iter().map(|m| Cause::invalid(format!("{p}.appProtocol"), app, m)));
     }
 }
 
@@ -3110,10 +2471,7 @@ fn validate_endpoints(ep: &Value, out: &mut Vec<Cause>) {
     for (i, ss) in arr(ep, "subsets").iter().enumerate() {
         let p = format!("subsets[{i}]");
         if arr(ss, "addresses").is_empty() && arr(ss, "notReadyAddresses").is_empty() {
-            out.push(Cause::required(
-                p.as_str(),
-                "must specify `addresses` or `notReadyAddresses`",
-            ));
+            out.push(Cause::required(p.as_str(), "must specify `addresses` or `notReadyAddresses`"));
         }
         for key in ["addresses", "notReadyAddresses"] {
             for (j, addr) in arr(ss, key).iter().enumerate() {
@@ -3142,13 +2500,7 @@ fn validate_endpoints(ep: &Value, out: &mut Vec<Cause>) {
         }
         let ports = arr(ss, "ports");
         for (k, port) in ports.iter().enumerate() {
-            validate_endpoint_port(
-                port,
-                ports.len() > 1,
-                false,
-                &format!("{p}.ports[{k}]"),
-                out,
-            );
+            validate_endpoint_port(port, ports.len() > 1, false, &format!("{p}.ports[{k}]"), out);
         }
     }
 }
@@ -3163,10 +2515,7 @@ fn validate_endpoint_slice(slice: &Value, out: &mut Vec<Cause>) {
         let p = format!("endpoints[{i}]");
         let addrs = strs(ep, "addresses");
         if addrs.is_empty() {
-            out.push(Cause::required(
-                format!("{p}.addresses"),
-                "must contain at least 1 address",
-            ));
+            out.push(Cause::required(format!("{p}.addresses"), "must contain at least 1 address"));
         } else if addrs.len() > 100 {
             out.push(Cause::too_many(format!("{p}.addresses"), addrs.len(), 100));
         }
@@ -3200,17 +2549,11 @@ fn validate_endpoint_slice(slice: &Value, out: &mut Vec<Cause>) {
         let hostname = st(ep, "hostname");
         if !hostname.is_empty() {
             out.extend(
-                dns1123_label_errors(hostname)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.hostname"), hostname, m)),
+                dns1123_label_errors(hostname).iter().map(|m| Cause::invalid(format!("{p}.hostname"), hostname, m)),
             );
         }
         if let Some(node) = ep.get("nodeName").and_then(Value::as_str) {
-            out.extend(
-                dns1123_subdomain_errors(node)
-                    .iter()
-                    .map(|m| Cause::invalid(format!("{p}.nodeName"), node, m)),
-            );
+            out.extend(dns1123_subdomain_errors(node).iter().map(|m| Cause::invalid(format!("{p}.nodeName"), node, m)));
         }
     }
     let ports = arr(slice, "ports");
@@ -3238,17 +2581,9 @@ fn validate_event(ev: &Value, out: &mut Vec<Cause>) {
     let ns = st(obj_or_null(ev, "metadata"), "namespace");
     let involved = obj_or_null(ev, "involvedObject");
     let ins = st(involved, "namespace");
-    let mismatch = if ins.is_empty() {
-        !ns.is_empty() && ns != "default"
-    } else {
-        ns != ins
-    };
+    let mismatch = if ins.is_empty() { !ns.is_empty() && ns != "default" } else { ns != ins };
     if mismatch {
-        out.push(Cause::invalid(
-            "involvedObject.namespace",
-            ins,
-            "does not match event.namespace",
-        ));
+        out.push(Cause::invalid("involvedObject.namespace", ins, "does not match event.namespace"));
     }
 }
 
@@ -3258,11 +2593,7 @@ fn validate_node(node: &Value, out: &mut Vec<Cause>) {
     for (i, t) in arr(spec, "taints").iter().enumerate() {
         let p = format!("metadata.taints[{i}]");
         let key = st(t, "key");
-        out.extend(
-            qualified_name_errors(key)
-                .iter()
-                .map(|m| Cause::invalid(format!("{p}.key"), key, m)),
-        );
+        out.extend(qualified_name_errors(key).iter().map(|m| Cause::invalid(format!("{p}.key"), key, m)));
         let value = st(t, "value");
         let errs = label_value_errors(value);
         if !errs.is_empty() {
@@ -3273,11 +2604,7 @@ fn validate_node(node: &Value, out: &mut Vec<Cause>) {
         if effect.is_empty() {
             out.push(Cause::required(format!("{p}.effect"), ""));
         } else if !effects.contains(&effect) {
-            out.push(Cause::not_supported(
-                format!("{p}.effect"),
-                effect,
-                &effects,
-            ));
+            out.push(Cause::not_supported(format!("{p}.effect"), effect, &effects));
         }
         if !unique.insert((key.to_string(), effect.to_string())) {
             let mut c = Cause::duplicate(
@@ -3289,18 +2616,13 @@ fn validate_node(node: &Value, out: &mut Vec<Cause>) {
                     go_quote(effect)
                 )),
             );
-            c.message
-                .push_str(": taints must be unique by key and effect pair");
+            c.message.push_str(": taints must be unique by key and effect pair");
             out.push(c);
         }
     }
     for (i, cidr) in strs(spec, "podCIDRs").iter().enumerate() {
         if !valid_cidr(cidr) {
-            out.push(Cause::invalid(
-                format!("spec.podCIDRs[{i}]"),
-                cidr,
-                CIDR_MSG,
-            ));
+            out.push(Cause::invalid(format!("spec.podCIDRs[{i}]"), cidr, CIDR_MSG));
         }
     }
 }
@@ -3308,10 +2630,7 @@ fn validate_node(node: &Value, out: &mut Vec<Cause>) {
 fn validate_node_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     let old_cidrs = strs(old, "podCIDRs");
     if !old_cidrs.is_empty() && strs(new, "podCIDRs") != old_cidrs {
-        out.push(Cause::forbidden(
-            "spec.podCIDRs",
-            "node updates may not change podCIDR except from \"\" to valid",
-        ));
+        out.push(Cause::forbidden("spec.podCIDRs", "node updates may not change podCIDR except from \"\" to valid"));
     }
     let old_provider = st(old, "providerID");
     if !old_provider.is_empty() && st(new, "providerID") != old_provider {
@@ -3356,9 +2675,7 @@ mod tests {
 
     #[test]
     fn a_valid_pod_has_no_causes() {
-        let p = pod(
-            json!({"containers": [{"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}),
-        );
+        let p = pod(json!({"containers": [{"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}));
         assert_eq!(validate_create("Pod", &p), vec![]);
     }
 
@@ -3414,18 +2731,12 @@ mod tests {
     #[test]
     fn dns_label_errors_match_apimachinery() {
         assert_eq!(dns1123_label_errors("web-1"), Vec::<String>::new());
-        assert_eq!(
-            dns1123_label_errors("a.b"),
-            vec!["must not contain dots".to_string()]
-        );
+        assert_eq!(dns1123_label_errors("a.b"), vec!["must not contain dots".to_string()]);
         assert_eq!(
             dns1123_label_errors("Web"),
             vec!["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".to_string()]
         );
-        assert_eq!(
-            dns1123_label_errors(&"a".repeat(64))[0],
-            "must be no more than 63 characters"
-        );
+        assert_eq!(dns1123_label_errors(&"a".repeat(64))[0], "must be no more than 63 characters");
         assert!(dns1123_subdomain_errors("my.example.com").is_empty());
         assert_eq!(dns1123_subdomain_errors(&"a".repeat(254)).len(), 1);
     }
@@ -3433,14 +2744,9 @@ mod tests {
     #[test]
     fn qualified_names_check_prefix_and_name_parts() {
         assert!(qualified_name_errors("app.kubernetes.io/name").is_empty());
-        assert_eq!(
-            qualified_name_errors("/x"),
-            vec!["prefix part must be non-empty".to_string()]
-        );
+        assert_eq!(qualified_name_errors("/x"), vec!["prefix part must be non-empty".to_string()]);
         assert!(qualified_name_errors("a/b/c")[0].starts_with("a qualified name must consist of"));
-        assert!(
-            qualified_name_errors("-x")[0].starts_with("name part must consist of alphanumeric")
-        );
+        assert!(qualified_name_errors("-x")[0].starts_with("name part must consist of alphanumeric"));
         assert!(label_value_errors("").is_empty());
         assert!(label_value_errors("v1.2_3").is_empty());
         assert_eq!(label_value_errors("a b").len(), 1);
@@ -3453,18 +2759,13 @@ mod tests {
             "initContainers": [{"name": "app", "image": "y"}]
         }));
         let causes = validate_create("Pod", &p);
-        assert_eq!(
-            causes,
-            vec![Cause::duplicate("spec.initContainers[0].name", "app")]
-        );
+        assert_eq!(causes, vec![Cause::duplicate("spec.initContainers[0].name", "app")]);
         assert_eq!(causes[0].message, "Duplicate value: \"app\"");
     }
 
     #[test]
     fn restart_policy_lists_supported_values_in_kubernetes_order() {
-        let p = pod(
-            json!({"restartPolicy": "Sometimes", "containers": [{"name": "app", "image": "x"}]}),
-        );
+        let p = pod(json!({"restartPolicy": "Sometimes", "containers": [{"name": "app", "image": "x"}]}));
         let causes = validate_create("Pod", &p);
         assert_eq!(
             causes[0].message,
@@ -3474,13 +2775,11 @@ mod tests {
 
     #[test]
     fn ports_are_checked_for_range_protocol_and_name() {
-        let p = pod(
-            json!({"containers": [{"name": "app", "image": "x", "ports": [
-                {"containerPort": 70000, "protocol": "ICMP", "name": "web_1"},
-                {"containerPort": 80, "hostPort": 8080, "name": "web"},
-                {"containerPort": 81, "name": "web"}
-            ]}]}),
-        );
+        let p = pod(json!({"containers": [{"name": "app", "image": "x", "ports": [
+            {"containerPort": 70000, "protocol": "ICMP", "name": "web_1"},
+            {"containerPort": 80, "hostPort": 8080, "name": "web"},
+            {"containerPort": 81, "name": "web"}
+        ]}]}));
         let causes = validate_create("Pod", &p);
         assert_eq!(
             fields(&causes),
@@ -3491,10 +2790,7 @@ mod tests {
                 "spec.containers[0].ports[2].name",
             ]
         );
-        assert_eq!(
-            causes[1].message,
-            "Invalid value: 70000: must be between 1 and 65535, inclusive"
-        );
+        assert_eq!(causes[1].message, "Invalid value: 70000: must be between 1 and 65535, inclusive");
         assert_eq!(causes[3].reason, "FieldValueDuplicate");
     }
 
@@ -3522,43 +2818,28 @@ mod tests {
 
     #[test]
     fn a_volume_without_a_source_is_rejected() {
-        let p =
-            pod(json!({"volumes": [{"name": "v"}], "containers": [{"name": "a", "image": "x"}]}));
+        let p = pod(json!({"volumes": [{"name": "v"}], "containers": [{"name": "a", "image": "x"}]}));
         let causes = validate_create("Pod", &p);
-        assert_eq!(
-            causes,
-            vec![Cause::required(
-                "spec.volumes[0]",
-                "must specify a volume type"
-            )]
-        );
+        assert_eq!(causes, vec![Cause::required("spec.volumes[0]", "must specify a volume type")]);
     }
 
     #[test]
     fn requests_may_not_exceed_limits() {
-        let p = pod(
-            json!({"containers": [{"name": "a", "image": "x", "resources": {
-                "limits": {"cpu": "500m", "memory": "128Mi"},
-                "requests": {"cpu": "1", "memory": "64Mi"}
-            }}]}),
-        );
+        let p = pod(json!({"containers": [{"name": "a", "image": "x", "resources": {
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+            "requests": {"cpu": "1", "memory": "64Mi"}
+        }}]}));
         let causes = validate_create("Pod", &p);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "spec.containers[0].resources.requests");
-        assert_eq!(
-            causes[0].message,
-            "Invalid value: \"1\": must be less than or equal to cpu limit of 500m"
-        );
+        assert_eq!(causes[0].message, "Invalid value: \"1\": must be less than or equal to cpu limit of 500m");
     }
 
     #[test]
     fn quantities_parse_to_nano_units() {
         assert_eq!(parse_quantity("500m"), Some(500_000_000));
         assert_eq!(parse_quantity("1"), Some(1_000_000_000));
-        assert_eq!(
-            parse_quantity("128Mi"),
-            Some(128 * 1024 * 1024 * 1_000_000_000)
-        );
+        assert_eq!(parse_quantity("128Mi"), Some(128 * 1024 * 1024 * 1_000_000_000));
         assert_eq!(parse_quantity("1G"), Some(1_000_000_000_000_000_000));
         assert_eq!(parse_quantity("1e3"), parse_quantity("1k"));
         assert_eq!(parse_quantity("0.5"), parse_quantity("500m"));
@@ -3577,32 +2858,20 @@ mod tests {
             {"name": "MY.VAR-1", "value": "v"}, {"name": "A=B"}, {"name": ""}
         ]}]}));
         let causes = validate_create("Pod", &p);
-        assert_eq!(
-            fields(&causes),
-            vec![
-                "spec.containers[0].env[1].name",
-                "spec.containers[0].env[2].name"
-            ]
-        );
+        assert_eq!(fields(&causes), vec!["spec.containers[0].env[1].name", "spec.containers[0].env[2].name"]);
     }
 
     #[test]
     fn tolerations_check_operator_and_effect() {
-        let p = pod(
-            json!({"containers": [{"name": "a", "image": "x"}], "tolerations": [
-                {"operator": "Equal", "value": "x"},
-                {"key": "k", "operator": "Maybe"},
-                {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}
-            ]}),
-        );
+        let p = pod(json!({"containers": [{"name": "a", "image": "x"}], "tolerations": [
+            {"operator": "Equal", "value": "x"},
+            {"key": "k", "operator": "Maybe"},
+            {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}
+        ]}));
         let causes = validate_create("Pod", &p);
         assert_eq!(
             fields(&causes),
-            vec![
-                "spec.tolerations[0].operator",
-                "spec.tolerations[1].operator",
-                "spec.tolerations[2].effect"
-            ]
+            vec!["spec.tolerations[0].operator", "spec.tolerations[1].operator", "spec.tolerations[2].effect"]
         );
     }
 
@@ -3631,26 +2900,16 @@ mod tests {
         assert_eq!(validate_update("Pod", &bound, &old), vec![]);
         let mut moved = bound.clone();
         moved["spec"]["nodeName"] = json!("n2");
-        assert_eq!(
-            fields(&validate_update("Pod", &moved, &bound)),
-            vec!["spec"]
-        );
+        assert_eq!(fields(&validate_update("Pod", &moved, &bound)), vec!["spec"]);
     }
 
     #[test]
     fn pod_update_may_not_add_containers() {
         let old = pod(json!({"containers": [{"name": "a", "image": "x"}]}));
         let mut new = old.clone();
-        new["spec"]["containers"] =
-            json!([{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]);
+        new["spec"]["containers"] = json!([{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]);
         let causes = validate_update("Pod", &new, &old);
-        assert_eq!(
-            causes,
-            vec![Cause::forbidden(
-                "spec.containers",
-                "pod updates may not add or remove containers"
-            )]
-        );
+        assert_eq!(causes, vec![Cause::forbidden("spec.containers", "pod updates may not add or remove containers")]);
     }
 
     #[test]
@@ -3665,10 +2924,7 @@ mod tests {
             .for_each(|a| a.push(json!({"key": "z", "operator": "Exists"})));
         assert_eq!(validate_update("Pod", &new, &old), vec![]);
         new["spec"]["tolerations"] = json!([]);
-        assert_eq!(
-            fields(&validate_update("Pod", &new, &old)),
-            vec!["spec.tolerations"]
-        );
+        assert_eq!(fields(&validate_update("Pod", &new, &old)), vec!["spec.tolerations"]);
     }
 
     #[test]
@@ -3679,29 +2935,13 @@ mod tests {
         new["metadata"]["uid"] = json!("u2");
         new["metadata"]["creationTimestamp"] = json!("2025-01-02T03:04:05Z");
         let causes = validate_update("ConfigMap", &new, &old);
-        assert_eq!(
-            fields(&causes),
-            vec![
-                "metadata.name",
-                "metadata.uid",
-                "metadata.creationTimestamp"
-            ]
-        );
-        assert_eq!(
-            causes[0].message,
-            "Invalid value: \"b\": field is immutable"
-        );
-        assert_eq!(
-            causes[2].message,
-            "Invalid value: 2025-01-02 03:04:05 +0000 UTC: field is immutable"
-        );
+        assert_eq!(fields(&causes), vec!["metadata.name", "metadata.uid", "metadata.creationTimestamp"]);
+        assert_eq!(causes[0].message, "Invalid value: \"b\": field is immutable");
+        assert_eq!(causes[2].message, "Invalid value: 2025-01-02 03:04:05 +0000 UTC: field is immutable");
         let mut omitted = old.clone();
-        omitted["metadata"]
-            .as_object_mut()
-            .into_iter()
-            .for_each(|m| {
-                m.remove("uid");
-            });
+        omitted["metadata"].as_object_mut().into_iter().for_each(|m| {
+            m.remove("uid");
+        });
         assert_eq!(validate_update("ConfigMap", &omitted, &old), vec![]);
     }
 
@@ -3740,33 +2980,18 @@ mod tests {
         let big = "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT);
         let cm = json!({"metadata": {"name": "c", "namespace": "d", "annotations": {"a": big}}});
         let causes = validate_create("ConfigMap", &cm);
-        assert_eq!(
-            causes,
-            vec![Cause::too_long("metadata.annotations", 262144)]
-        );
-        assert_eq!(
-            causes[0].message,
-            "Too long: must have at most 262144 bytes"
-        );
+        assert_eq!(causes, vec![Cause::too_long("metadata.annotations", 262144)]);
+        assert_eq!(causes[0].message, "Too long: must have at most 262144 bytes");
     }
 
     #[test]
     fn namespaced_kinds_need_a_namespace_and_cluster_kinds_refuse_one() {
         let cm = json!({"metadata": {"name": "c"}});
-        assert_eq!(
-            validate_create("ConfigMap", &cm),
-            vec![Cause::required("metadata.namespace", "")]
-        );
+        assert_eq!(validate_create("ConfigMap", &cm), vec![Cause::required("metadata.namespace", "")]);
         let ns = json!({"metadata": {"name": "team-a", "namespace": "x"}});
-        assert_eq!(
-            fields(&validate_create("Namespace", &ns)),
-            vec!["metadata.namespace"]
-        );
+        assert_eq!(fields(&validate_create("Namespace", &ns)), vec!["metadata.namespace"]);
         let ns = json!({"metadata": {"name": "team.a"}});
-        assert_eq!(
-            validate_create("Namespace", &ns)[0].message,
-            "Invalid value: \"team.a\": must not contain dots"
-        );
+        assert_eq!(validate_create("Namespace", &ns)[0].message, "Invalid value: \"team.a\": must not contain dots");
     }
 
     #[test]
@@ -3774,23 +2999,16 @@ mod tests {
         let svc = json!({"metadata": {"name": "1web", "namespace": "d"}, "spec": {"ports": [{"port": 80}]}});
         let causes = validate_create("Service", &svc);
         assert_eq!(fields(&causes), vec!["metadata.name"]);
-        assert!(causes[0]
-            .message
-            .contains("a DNS-1035 label must consist of"));
+        assert!(causes[0].message.contains("a DNS-1035 label must consist of"));
     }
 
     #[test]
     fn services_need_ports_unless_external_name() {
-        let svc =
-            json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"type": "ClusterIP"}});
-        assert_eq!(
-            validate_create("Service", &svc),
-            vec![Cause::required("spec.ports", "")]
-        );
+        let svc = json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"type": "ClusterIP"}});
+        assert_eq!(validate_create("Service", &svc), vec![Cause::required("spec.ports", "")]);
         let ext = json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"type": "ExternalName", "externalName": "example.com"}});
         assert_eq!(validate_create("Service", &ext), vec![]);
-        let headless =
-            json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"clusterIP": "None"}});
+        let headless = json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"clusterIP": "None"}});
         assert_eq!(validate_create("Service", &headless), vec![]);
     }
 
@@ -3842,10 +3060,7 @@ mod tests {
 
     #[test]
     fn deployment_selector_must_match_template_labels() {
-        let d = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "api", "tier": "x"}),
-        );
+        let d = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "api", "tier": "x"}));
         let causes = validate_create("Deployment", &d);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "spec.template.metadata.labels");
@@ -3866,45 +3081,27 @@ mod tests {
         d["spec"]["template"]["spec"]["restartPolicy"] = json!("Never");
         d["spec"]["replicas"] = json!(-1);
         let causes = validate_create("Deployment", &d);
-        assert_eq!(
-            fields(&causes),
-            vec![
-                "spec.replicas",
-                "spec.selector",
-                "spec.template.spec.restartPolicy"
-            ]
-        );
+        assert_eq!(fields(&causes), vec!["spec.replicas", "spec.selector", "spec.template.spec.restartPolicy"]);
         let mut no_sel = deployment(json!({}), json!({}));
         no_sel["spec"].as_object_mut().into_iter().for_each(|s| {
             s.remove("selector");
         });
-        assert_eq!(
-            validate_create("Deployment", &no_sel),
-            vec![Cause::required("spec.selector", "")]
-        );
+        assert_eq!(validate_create("Deployment", &no_sel), vec![Cause::required("spec.selector", "")]);
     }
 
     #[test]
     fn deployment_template_pod_spec_is_validated_under_its_path() {
-        let d = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
+        let d = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
         let mut bad = d.clone();
         bad["spec"]["template"]["spec"]["containers"][0]["image"] = json!("");
-        assert_eq!(
-            fields(&validate_create("Deployment", &bad)),
-            vec!["spec.template.spec.containers[0].image"]
-        );
+        assert_eq!(fields(&validate_create("Deployment", &bad)), vec!["spec.template.spec.containers[0].image"]);
     }
 
     #[test]
     fn rolling_update_may_not_have_both_zero() {
-        let mut d = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web"}),
-        );
-        d["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}});
+        let mut d = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}));
+        d["spec"]["strategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}});
         let causes = validate_create("Deployment", &d);
         assert_eq!(
             causes,
@@ -3915,22 +3112,13 @@ mod tests {
             )]
         );
         d["spec"]["strategy"] = json!({"type": "Blue"});
-        assert_eq!(
-            fields(&validate_create("Deployment", &d)),
-            vec!["spec.strategy.type"]
-        );
+        assert_eq!(fields(&validate_create("Deployment", &d)), vec!["spec.strategy.type"]);
     }
 
     #[test]
     fn deployment_selector_is_immutable() {
-        let old = deployment(
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"app": "web", "v": "2"}),
-        );
-        let new = deployment(
-            json!({"matchLabels": {"app": "web", "v": "2"}}),
-            json!({"app": "web", "v": "2"}),
-        );
+        let old = deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web", "v": "2"}));
+        let new = deployment(json!({"matchLabels": {"app": "web", "v": "2"}}), json!({"app": "web", "v": "2"}));
         let causes = validate_update("Deployment", &new, &old);
         assert_eq!(
             causes,
@@ -3940,31 +3128,23 @@ mod tests {
                 "field is immutable"
             )]
         );
-        assert_eq!(
-            fields(&validate_update("ReplicaSet", &new, &old)),
-            vec!["spec.selector"]
-        );
+        assert_eq!(fields(&validate_update("ReplicaSet", &new, &old)), vec!["spec.selector"]);
     }
 
     #[test]
     fn config_map_keys_and_immutability() {
-        let cm = json!({"metadata": {"name": "c", "namespace": "d"}, "data": {"ok.key": "v", "bad/key": "v", "..x": "v"}});
+        let cm =
+            json!({"metadata": {"name": "c", "namespace": "d"}, "data": {"ok.key": "v", "bad/key": "v", "..x": "v"}});
         let causes = validate_create("ConfigMap", &cm);
         assert_eq!(fields(&causes), vec!["data[..x]", "data[bad/key]"]);
-        assert_eq!(
-            causes[0].message,
-            "Invalid value: \"..x\": must not start with '..'"
-        );
+        assert_eq!(causes[0].message, "Invalid value: \"..x\": must not start with '..'");
 
         let old = json!({"metadata": {"name": "c", "namespace": "d"}, "immutable": true, "data": {"a": "1"}});
         let mut new = old.clone();
         new["data"]["a"] = json!("2");
         assert_eq!(
             validate_update("ConfigMap", &new, &old),
-            vec![Cause::forbidden(
-                "data",
-                "field is immutable when `immutable` is set"
-            )]
+            vec![Cause::forbidden("data", "field is immutable when `immutable` is set")]
         );
     }
 
@@ -3972,18 +3152,12 @@ mod tests {
     fn secret_data_is_limited_to_one_mib_and_type_is_immutable() {
         let big = "A".repeat(1_400_000);
         let s = json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque", "data": {"k": big}});
-        assert_eq!(
-            validate_create("Secret", &s),
-            vec![Cause::too_long("data", 1048576)]
-        );
+        assert_eq!(validate_create("Secret", &s), vec![Cause::too_long("data", 1048576)]);
         let old = json!({"metadata": {"name": "s", "namespace": "d"}, "type": "Opaque"});
         let mut new = old.clone();
         new["type"] = json!("kubernetes.io/tls");
         let causes = validate_update("Secret", &new, &old);
-        assert_eq!(
-            fields(&causes),
-            vec!["data[tls.crt]", "data[tls.key]", "type"]
-        );
+        assert_eq!(fields(&causes), vec!["data[tls.crt]", "data[tls.key]", "type"]);
     }
 
     #[test]
@@ -4006,14 +3180,7 @@ mod tests {
             "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["fd00::1"]}, {"addresses": []}],
             "ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "http", "port": 81}]});
         let causes = validate_create("EndpointSlice", &slice);
-        assert_eq!(
-            fields(&causes),
-            vec![
-                "endpoints[1].addresses[0]",
-                "endpoints[2].addresses",
-                "ports[1].name"
-            ]
-        );
+        assert_eq!(fields(&causes), vec!["endpoints[1].addresses[0]", "endpoints[2].addresses", "ports[1].name"]);
         let bad_type = json!({"metadata": {"name": "s", "namespace": "d"}, "addressType": "IPX"});
         assert_eq!(
             validate_create("EndpointSlice", &bad_type)[0].message,
@@ -4023,10 +3190,7 @@ mod tests {
         changed["addressType"] = json!("IPv6");
         changed["endpoints"] = json!([]);
         changed["ports"] = json!([]);
-        assert_eq!(
-            fields(&validate_update("EndpointSlice", &changed, &slice)),
-            vec!["addressType"]
-        );
+        assert_eq!(fields(&validate_update("EndpointSlice", &changed, &slice)), vec!["addressType"]);
         assert_eq!(
             invalid_message("EndpointSlice", "s", &[Cause::required("addressType", "")]),
             "EndpointSlice.discovery.k8s.io \"s\" is invalid: addressType: Required value"
@@ -4035,33 +3199,25 @@ mod tests {
 
     #[test]
     fn lease_duration_must_be_positive() {
-        let l = json!({"metadata": {"name": "n1", "namespace": "kube-node-lease"}, "spec": {"leaseDurationSeconds": 0}});
+        let l =
+            json!({"metadata": {"name": "n1", "namespace": "kube-node-lease"}, "spec": {"leaseDurationSeconds": 0}});
         assert_eq!(
             validate_create("Lease", &l),
-            vec![Cause::invalid(
-                "spec.leaseDurationSeconds",
-                0i64,
-                "must be greater than 0"
-            )]
+            vec![Cause::invalid("spec.leaseDurationSeconds", 0i64, "must be greater than 0")]
         );
     }
 
     #[test]
     fn event_namespace_must_match_its_object() {
-        let e = json!({"metadata": {"name": "e.1", "namespace": "a"}, "involvedObject": {"kind": "Pod", "namespace": "b"}});
-        assert_eq!(
-            fields(&validate_create("Event", &e)),
-            vec!["involvedObject.namespace"]
-        );
+        let e =
+            json!({"metadata": {"name": "e.1", "namespace": "a"}, "involvedObject": {"kind": "Pod", "namespace": "b"}});
+        assert_eq!(fields(&validate_create("Event", &e)), vec!["involvedObject.namespace"]);
     }
 
     #[test]
     fn node_taints_need_valid_effects() {
         let n = json!({"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "k", "effect": "Maybe"}], "podCIDRs": ["10.244.0.0/24", "x"]}});
-        assert_eq!(
-            fields(&validate_create("Node", &n)),
-            vec!["metadata.taints[0].effect", "spec.podCIDRs[1]"]
-        );
+        assert_eq!(fields(&validate_create("Node", &n)), vec!["metadata.taints[0].effect", "spec.podCIDRs[1]"]);
     }
 
     #[test]
@@ -4074,14 +3230,7 @@ mod tests {
         new["spec"]["nodeName"] = json!("n2");
         new["status"]["containerStatuses"] = json!([{"name": "a", "state": {"running": {}}}]);
         let causes = validate_status_update("Pod", &new, &old);
-        assert_eq!(
-            fields(&causes),
-            vec![
-                "status.phase",
-                "status.nodeName",
-                "status.containerStatuses[0].state"
-            ]
-        );
+        assert_eq!(fields(&causes), vec!["status.phase", "status.nodeName", "status.containerStatuses[0].state"]);
         assert_eq!(
             causes[0].message,
             "Unsupported value: \"Done\": supported values: \"Pending\", \"Running\", \"Succeeded\", \"Failed\", \"Unknown\""
@@ -4095,10 +3244,7 @@ mod tests {
         new["metadata"]["name"] = json!("q");
         new["status"]["readyReplicas"] = json!(2);
         let causes = validate_status_update("ReplicaSet", &new, &old);
-        assert_eq!(
-            fields(&causes),
-            vec!["metadata.name", "status.readyReplicas"]
-        );
+        assert_eq!(fields(&causes), vec!["metadata.name", "status.readyReplicas"]);
     }
 
     #[test]
@@ -4106,33 +3252,19 @@ mod tests {
         let objects = [
             (
                 "Pod",
-                pod(
-                    json!({"containers": [{"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
+                pod(json!({"containers": [{"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
                 "readinessProbe": {"httpGet": {"port": 80}}}],
-                "volumes": [{"name": "v"}]}),
-                ),
+                "volumes": [{"name": "v"}]})),
             ),
-            (
-                "Deployment",
-                deployment(
-                    json!({"matchLabels": {"app": "web"}}),
-                    json!({"app": "web"}),
-                ),
-            ),
+            ("Deployment", deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}))),
             (
                 "Service",
                 json!({"metadata": {"name": "web", "namespace": "d"},
                 "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]}}),
             ),
-            (
-                "Service",
-                json!({"metadata": {"name": "db", "namespace": "d"}, "spec": {"clusterIP": "None"}}),
-            ),
+            ("Service", json!({"metadata": {"name": "db", "namespace": "d"}, "spec": {"clusterIP": "None"}})),
             ("Namespace", json!({"metadata": {"name": "team-a"}})),
-            (
-                "Secret",
-                json!({"metadata": {"name": "s", "namespace": "d"}, "data": {"k": "dg=="}}),
-            ),
+            ("Secret", json!({"metadata": {"name": "s", "namespace": "d"}, "data": {"k": "dg=="}})),
             (
                 "EndpointSlice",
                 json!({"metadata": {"name": "s", "namespace": "d"}, "addressType": "IPv4",

@@ -4,7 +4,7 @@
 //! Run with `cargo build --release -p kaji-apiserver && cargo bench -p kaji-apiserver --bench apiserver`.
 //! `KAJI_BENCH_PODS` sets N (default 10,000); `KAJI_APISERVER_BIN` points at another binary.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::CONTENT_TYPE;
@@ -14,13 +14,15 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+
+#[path = "apiserver/server.rs"]
+mod server;
+use server::Server;
 
 const CONCURRENCY: usize = 64;
 const PACED_RATE: u32 = 500;
@@ -38,120 +40,13 @@ const TARGET_RSS_KB: u64 = 150 * 1024;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// The apiserver child process, its temp dir, and its log; stopped with SIGTERM on drop.
-struct Server {
-    child: Child,
-    base: String,
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-}
-
-impl Server {
-    fn start(bin: &Path) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix("kaji-bench-").tempdir().context("failed to create a temp dir")?;
-        let addr_file = dir.path().join("address");
-        let log = std::fs::File::create(dir.path().join("server.log")).context("failed to create the server log")?;
-        let child = Command::new(bin)
-            .args(["--bind-address", "127.0.0.1", "--port", "0", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg("--address-file")
-            .arg(&addr_file)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("failed to start {}", bin.display()))?;
-        let mut server = Server { child, base: String::new(), dir, bin: bin.to_path_buf() };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = server.child.try_wait()? {
-                bail!("the apiserver exited during startup ({status}):\n{}", server.log_tail());
-            }
-            // The file may be half-written: accept it only once it parses.
-            if let Ok(text) = std::fs::read_to_string(&addr_file) {
-                if text.trim().parse::<std::net::SocketAddr>().is_ok() {
-                    server.base = format!("http://{}", text.trim());
-                    return Ok(server);
-                }
-            }
-            ensure!(Instant::now() < deadline, "the apiserver did not write its address within 30s:\n{}", server.log_tail());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// A `kB` field of /proc/<pid>/status, e.g. VmHWM (peak RSS) or VmRSS.
-    fn status_kb(&self, field: &str) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
-            .with_context(|| format!("no {field} in /proc/{}/status", self.pid()))
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn log_problems(&self) -> Vec<String> {
-        let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
-        log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked")).map(str::to_string).collect()
-    }
-
-    /// SIGTERM the child we started, wait up to 15s, then SIGKILL.
-    fn stop(&mut self) -> Result<()> {
-        if self.child.try_wait()?.is_some() {
-            return Ok(());
-        }
-        let pid = self.pid().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().map(|s| s.success()).unwrap_or(false);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while sent && Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait()? {
-                ensure!(status.success(), "the apiserver exited with {status} after SIGTERM:\n{}", self.log_tail());
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.child.kill()?;
-        self.child.wait()?;
-        bail!("the apiserver did not stop within 15s of SIGTERM and was killed")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Err(e) = self.stop() {
-            eprintln!("warning: {e:#}");
-        }
-    }
-}
-
-fn find_binary() -> Result<PathBuf> {
-    let bin = match std::env::var_os("KAJI_APISERVER_BIN") {
-        Some(p) => PathBuf::from(p),
-        // Cargo builds the package's binaries for its benches, in the same profile, honouring
-        // CARGO_TARGET_DIR; fall back to the workspace's release dir.
-        None => match option_env!("CARGO_BIN_EXE_kaji-apiserver") {
-            Some(p) => PathBuf::from(p),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/kaji-apiserver"),
-        },
-    };
-    ensure!(
-        bin.is_file(),
-        "{} does not exist: run `cargo build --release -p kaji-apiserver` first (or set KAJI_APISERVER_BIN)",
-        bin.display()
-    );
-    Ok(bin)
-}
-
-async fn send(client: &HttpClient, method: Method, uri: &str, content_type: &str, body: Bytes) -> Result<(StatusCode, Bytes)> {
+async fn send(
+    client: &HttpClient,
+    method: Method,
+    uri: &str,
+    content_type: &str,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes)> {
     let req = Request::builder().method(method).uri(uri).header(CONTENT_TYPE, content_type).body(Full::new(body))?;
     let work = async {
         let resp = client.request(req).await?;
@@ -168,7 +63,7 @@ async fn get(client: &HttpClient, uri: &str) -> Result<Bytes> {
     Ok(body)
 }
 
-/// A realistic ~1.3 KB pod: labels (one shard label per 1%), annotations, one container with
+/// A realistic ~1 KB pod: labels (one shard label per 1%), annotations, one container with
 /// ports, env, resources and a probe.
 fn pod_body(name: &str, i: usize) -> Result<Bytes> {
     let pod = json!({
@@ -329,7 +224,12 @@ fn modified_change(line: &[u8]) -> Option<usize> {
 
 /// One watch stream: report readiness once the headers arrive, then the arrival instant of
 /// every MODIFIED event carrying a change marker.
-async fn watcher(client: HttpClient, uri: String, ready: mpsc::Sender<Result<()>>, seen: mpsc::UnboundedSender<(usize, Instant)>) {
+async fn watcher(
+    client: HttpClient,
+    uri: String,
+    ready: mpsc::Sender<Result<()>>,
+    seen: mpsc::UnboundedSender<(usize, Instant)>,
+) {
     let opened = async {
         let req = Request::builder().uri(&uri).body(Full::new(Bytes::new()))?;
         let resp = tokio::time::timeout(REQUEST_TIMEOUT, client.request(req)).await.context("watch timed out")??;
@@ -393,13 +293,20 @@ async fn watch_fanout(client: &HttpClient, base: &str, index: usize) -> Result<F
     }
     let open_time = t.elapsed();
     ensure!(opened > 0, "no watch could be opened");
-    let mut fan = FanOut { from_response: Latencies::default(), from_request: Latencies::default(), opened, open_time, missed: 0 };
+    let mut fan = FanOut {
+        from_response: Latencies::default(),
+        from_request: Latencies::default(),
+        opened,
+        open_time,
+        missed: 0,
+    };
     let name = format!("{base}{PODS}/{}", pod_name(index));
     let mut early: HashMap<usize, Vec<Instant>> = HashMap::new();
     for k in 1..=WATCH_CHANGES {
         let patch = json!({"metadata": {"annotations": {"bench.kaji.dev/change": format!("change-{k}")}}});
         let sent = Instant::now();
-        let (status, body) = send(client, Method::PATCH, &name, "application/merge-patch+json", Bytes::from(patch.to_string())).await?;
+        let (status, body) =
+            send(client, Method::PATCH, &name, "application/merge-patch+json", Bytes::from(patch.to_string())).await?;
         let answered = Instant::now();
         ensure!(status == StatusCode::OK, "PATCH {name}: {status}: {}", String::from_utf8_lossy(&body));
         let mut arrivals = early.remove(&k).unwrap_or_default();
@@ -442,40 +349,6 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-/// Filesystem type of the mount holding `path` (fsync cost depends on it).
-fn fs_type(path: &Path) -> String {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 2 && path.starts_with(f[1])).then(|| (f[1].len(), format!("{} on {}", f[2], f[1])))
-        })
-        .max()
-        .map_or_else(|| "unknown".into(), |(_, s)| s)
-}
-
-fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())))
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-    format!("{cpus} CPUs ({model}), Linux {}, load average at start {load}", kernel.trim())
-}
-
-fn profile_of(bin: &Path) -> &'static str {
-    match bin.parent().and_then(Path::file_name).and_then(|n| n.to_str()) {
-        Some("release") => "release",
-        Some("debug") => "debug",
-        _ => "unknown",
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let n: usize = match std::env::var("KAJI_BENCH_PODS") {
@@ -484,13 +357,14 @@ async fn main() -> Result<()> {
     };
     ensure!(n >= 100, "KAJI_BENCH_PODS must be at least 100");
     let paced_n = n / 2;
-    let bin = find_binary()?;
+    let bin = server::find_binary()?;
     let mut server = Server::start(&bin)?;
     let base = server.base.clone();
     eprintln!("apiserver pid {} at {base}, data in {}", server.pid(), server.dir.path().display());
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(CONCURRENCY * 2).build(connector);
+    let client: HttpClient =
+        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(CONCURRENCY * 2).build(connector);
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&client, &format!("{base}/readyz")).await.is_err() {
         ensure!(Instant::now() < deadline, "the apiserver never became ready:\n{}", server.log_tail());
@@ -529,31 +403,68 @@ async fn main() -> Result<()> {
     let watch_p99 = fan.from_response.pct(0.99);
     println!("## kaji-apiserver benchmark\n");
     println!("| Condition | Value |\n|---|---|");
-    println!("| machine | {} |", machine());
-    println!("| apiserver binary | `{}` ({} profile), pid {} |", server.bin.display(), profile_of(&server.bin), server.pid());
-    println!("| benchmark client | {} build, hyper 1 HTTP/1.1 keep-alive pool, same host over 127.0.0.1 |", if cfg!(debug_assertions) { "debug" } else { "release" });
-    println!("| store | temp data dir, {} |", fs_type(server.dir.path()));
+    println!("| machine | {} |", server::machine());
+    println!(
+        "| apiserver binary | `{}` ({} profile), pid {} |",
+        server.bin.display(),
+        server::profile_of(&server.bin),
+        server.pid()
+    );
+    println!(
+        "| benchmark client | {} build, hyper 1 HTTP/1.1 keep-alive pool, same host over 127.0.0.1 |",
+        if cfg!(debug_assertions) { "debug" } else { "release" }
+    );
+    println!("| store | temp data dir, {} |", server::fs_type(server.dir.path()));
     println!("| pods (N) | {n}, {pod_size} bytes of JSON each as sent |");
     println!("| create concurrency | {CONCURRENCY} closed-loop clients; paced run: {paced_n} more pods at {PACED_RATE}/s (open loop) on top of N |");
     println!("| watch fan-out | {WATCHERS} watches (selector matches 1 pod), {WATCH_CHANGES} merge patches |\n");
     println!("| Measurement | Result | Target | Verdict |\n|---|---|---|---|");
-    println!("| create throughput, {CONCURRENCY} clients | {throughput:.0} pods/s ({n} in {:.2} s) | — | — |", burst_wall.as_secs_f64());
-    println!("| create latency p50 / p99 / max, {CONCURRENCY} clients | {} / {} / {} | — | — |", ms(burst.pct(0.5)), ms(burst.pct(0.99)), ms(burst.pct(1.0)));
     println!(
-        "| create latency p50 / p99 / max at {PACED_RATE}/s | {} / {} / {} ({:.0}/s achieved, {} errors) | p99 ≤ {} | {} |",
+        "| create throughput, {CONCURRENCY} clients | {throughput:.0} pods/s ({n} in {:.2} s) | — | — |",
+        burst_wall.as_secs_f64()
+    );
+    println!(
+        "| create latency p50 / p99 / max, {CONCURRENCY} clients | {} / {} / {} | — | — |",
+        ms(burst.pct(0.5)),
+        ms(burst.pct(0.99)),
+        ms(burst.pct(1.0))
+    );
+    println!(
+        "| create latency p50 / p99 / max at {PACED_RATE}/s | {} / {} / {} ({:.0}/s completed, {} errors) | p99 ≤ {} | {} |",
         ms(paced.pct(0.5)), ms(paced_p99), ms(paced.pct(1.0)), paced.samples.len() as f64 / paced_wall.as_secs_f64(), paced.errors,
         ms(TARGET_PACED_P99), verdict(paced_p99 <= TARGET_PACED_P99 && paced.errors == 0)
     );
-    println!("| LIST all {n} pods, p50 / max of {LIST_RUNS} | {} / {}, {:.1} MB | — | — |", ms(full.pct(0.5)), ms(full.pct(1.0)), full_size as f64 / 1e6);
-    println!("| LIST labelSelector ~1% ({sel_items} pods), p50 / max of {SELECTOR_LIST_RUNS} | {} / {}, {:.1} KB | — | — |", ms(sel.pct(0.5)), ms(sel.pct(1.0)), sel_size as f64 / 1e3);
+    println!(
+        "| LIST all {n} pods, p50 / max of {LIST_RUNS} | {} / {}, {:.1} MB | — | — |",
+        ms(full.pct(0.5)),
+        ms(full.pct(1.0)),
+        full_size as f64 / 1e6
+    );
+    println!(
+        "| LIST labelSelector ~1% ({sel_items} pods), p50 / max of {SELECTOR_LIST_RUNS} | {} / {}, {:.1} KB | — | — |",
+        ms(sel.pct(0.5)),
+        ms(sel.pct(1.0)),
+        sel_size as f64 / 1e3
+    );
     println!(
         "| watch delivery after PATCH response, p50 / p99 / max | {} / {} / {} ({} events, {} missed) | p99 ≤ {} | {} |",
         ms(fan.from_response.pct(0.5)), ms(watch_p99), ms(fan.from_response.pct(1.0)), fan.from_response.samples.len(), fan.missed,
         ms(TARGET_WATCH_P99), verdict(watch_p99 <= TARGET_WATCH_P99 && fan.missed == 0)
     );
-    println!("| watch delivery after PATCH request, p50 / p99 / max | {} / {} / {} | — | — |", ms(fan.from_request.pct(0.5)), ms(fan.from_request.pct(0.99)), ms(fan.from_request.pct(1.0)));
+    println!(
+        "| watch delivery after PATCH request, p50 / p99 / max | {} / {} / {} | — | — |",
+        ms(fan.from_request.pct(0.5)),
+        ms(fan.from_request.pct(0.99)),
+        ms(fan.from_request.pct(1.0))
+    );
     println!("| opening {} watches | {:.2} s | — | — |", fan.opened, fan.open_time.as_secs_f64());
-    println!("| peak RSS (VmHWM) holding N pods, after LISTs | {} (VmRSS {}) | ≤ {} | {} |", mb(hwm_held), mb(rss_held), mb(TARGET_RSS_KB), verdict(hwm_held <= TARGET_RSS_KB));
+    println!(
+        "| peak RSS (VmHWM) holding N pods, after LISTs | {} (VmRSS {}) | ≤ {} | {} |",
+        mb(hwm_held),
+        mb(rss_held),
+        mb(TARGET_RSS_KB),
+        verdict(hwm_held <= TARGET_RSS_KB)
+    );
     println!("| peak RSS after {WATCHERS} watches | {} | — | — |", mb(hwm_watch));
     println!("| peak RSS at the end ({} pods) | {} | — | — |", n + paced_n, mb(hwm_end));
     if !problems.is_empty() {

@@ -4,7 +4,7 @@
 use crate::storage::{self, EventKind, KeyValue, Store};
 use bytes::Bytes;
 use kaji_api::resources::{ResourceInfo, RESOURCES};
-use kaji_api::selector::{supported_fields, field_value, FieldSelector, LabelSelector};
+use kaji_api::selector::{field_value, supported_fields, FieldSelector, LabelSelector};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
@@ -167,7 +167,8 @@ impl ResourceCache {
     }
 
     fn apply(&self, ev: &storage::Event) {
-        let kv = KeyValue { key: ev.key.clone(), value: ev.value.clone(), create_revision: 0, mod_revision: ev.revision };
+        let kv =
+            KeyValue { key: ev.key.clone(), value: ev.value.clone(), create_revision: 0, mod_revision: ev.revision };
         let obj = match self.make_object(&kv) {
             Ok(o) => Arc::new(o),
             Err(err) => {
@@ -268,6 +269,10 @@ impl ResourceCache {
 
     pub fn len(&self) -> usize {
         self.read().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read().objects.is_empty()
     }
 }
 
@@ -416,7 +421,14 @@ mod tests {
         assert_eq!(pods.list(None, &LabelSelector::default(), &running, None, None, rev).items.len(), 3);
         let page = pods.list(None, &LabelSelector::default(), &FieldSelector::default(), None, Some(2), rev);
         assert_eq!((page.items.len(), page.remaining), (2, 1));
-        let rest = pods.list(None, &LabelSelector::default(), &FieldSelector::default(), page.next_key.as_deref(), Some(2), rev);
+        let rest = pods.list(
+            None,
+            &LabelSelector::default(),
+            &FieldSelector::default(),
+            page.next_key.as_deref(),
+            Some(2),
+            rev,
+        );
         assert_eq!(rest.items.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["c"]);
         assert!(rest.next_key.is_none());
         let json: serde_json::Value = serde_json::from_slice(&all.items[0].json).expect("json");
@@ -432,7 +444,10 @@ mod tests {
         let r3 = store.update("/registry/pods/default/b", &pod("b", "db"), r1 + 1).expect("update");
         cache.wait_for(r3).await.expect("caught up");
         let sub = pods.subscribe(Some(r1), cache.revision()).expect("within history");
-        assert_eq!(sub.initial.iter().map(|e| (e.kind, e.rev)).collect::<Vec<_>>(), [(WatchEventType::Added, r1 + 1), (WatchEventType::Modified, r3)]);
+        assert_eq!(
+            sub.initial.iter().map(|e| (e.kind, e.rev)).collect::<Vec<_>>(),
+            [(WatchEventType::Added, r1 + 1), (WatchEventType::Modified, r3)]
+        );
         let mut live = sub.live;
         store.delete("/registry/pods/default/b", None).expect("delete");
         let ev = tokio::time::timeout(Duration::from_secs(5), live.recv()).await.expect("in time").expect("event");
@@ -447,7 +462,8 @@ mod tests {
     async fn one_change_reaches_many_watchers_without_store_reads() {
         let (_d, store, cache) = setup(100).await;
         let pods = cache.resource("Pod").expect("pods").clone();
-        let mut subs: Vec<_> = (0..200).map(|_| pods.subscribe(Some(cache.revision()), cache.revision()).expect("sub").live).collect();
+        let mut subs: Vec<_> =
+            (0..200).map(|_| pods.subscribe(Some(cache.revision()), cache.revision()).expect("sub").live).collect();
         assert_eq!(cache.total_watchers(), 200);
         store.create("/registry/pods/default/z", &pod("z", "web")).expect("create");
         for s in &mut subs {

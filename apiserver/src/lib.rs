@@ -67,9 +67,11 @@ impl Server {
 /// Open the store, bootstrap, bind, and serve in the background.
 pub async fn start(config: Config) -> anyhow::Result<Server> {
     let store: Arc<dyn storage::Store> = Arc::new(
-        storage::redb::RedbStore::open(&config.data_dir).with_context(|| format!("failed to open the store in {}", config.data_dir.display()))?,
+        storage::redb::RedbStore::open(&config.data_dir)
+            .with_context(|| format!("failed to open the store in {}", config.data_dir.display()))?,
     );
-    let listener = tokio::net::TcpListener::bind(config.bind).await.with_context(|| format!("failed to bind {}", config.bind))?;
+    let listener =
+        tokio::net::TcpListener::bind(config.bind).await.with_context(|| format!("failed to bind {}", config.bind))?;
     let addr = listener.local_addr()?;
     let advertise = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
     let ips = registry::alloc::IpAllocator::new(&config.service_cluster_ip_range)
@@ -77,7 +79,8 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let ports = registry::alloc::PortAllocator::new(config.service_node_port_range.0, config.service_node_port_range.1);
     let bootstrap = registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports };
     bootstrap.bootstrap(advertise).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
-    let cache = cache::Cache::start(store.clone(), config.watch_cache_size).context("failed to load the watch cache")?;
+    let cache =
+        cache::Cache::start(store.clone(), config.watch_cache_size).context("failed to load the watch cache")?;
     let registry = registry::Registry { cache: cache.clone(), ..bootstrap };
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let state = Arc::new(http::AppState {
@@ -110,7 +113,12 @@ fn placeholder_cache(store: &Arc<dyn storage::Store>) -> anyhow::Result<Arc<cach
     cache::Cache::unstarted(store.clone())
 }
 
-fn spawn_compactor(store: Arc<dyn storage::Store>, keep: u64, every: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+fn spawn_compactor(
+    store: Arc<dyn storage::Store>,
+    keep: u64,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {

@@ -38,11 +38,21 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        let duration = Family::<DurationLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+        let duration = Family::<DurationLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+        });
         let watchers = Gauge::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
-        registry.register("apiserver_request", "Counter of apiserver requests by verb, resource and HTTP code", requests.clone());
-        registry.register("apiserver_request_duration_seconds", "Response latency by verb and resource", duration.clone());
+        registry.register(
+            "apiserver_request",
+            "Counter of apiserver requests by verb, resource and HTTP code",
+            requests.clone(),
+        );
+        registry.register(
+            "apiserver_request_duration_seconds",
+            "Response latency by verb and resource",
+            duration.clone(),
+        );
         registry.register("apiserver_registered_watchers", "Number of open watch streams", watchers.clone());
         registry.register("apiserver_storage_objects", "Number of stored objects by resource", objects.clone());
         Self { registry: Mutex::new(registry), requests, duration, watchers, objects }
@@ -51,7 +61,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
-        self.requests.get_or_create(&RequestLabels { verb: verb.into(), resource: resource.into(), code: code.to_string() }).inc();
+        self.requests
+            .get_or_create(&RequestLabels { verb: verb.into(), resource: resource.into(), code: code.to_string() })
+            .inc();
         self.duration.get_or_create(&DurationLabels { verb: verb.into(), resource: resource.into() }).observe(seconds);
     }
 

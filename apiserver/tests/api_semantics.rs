@@ -96,7 +96,11 @@ fn cluster_ips_are_unique_across_restarts_and_released_on_delete() {
     assert_eq!(code, 201);
     let port = np["spec"]["ports"][0]["nodePort"].as_u64().expect("nodePort allocated");
     assert!((30000..=32767).contains(&port));
-    let (code, _) = post(&s, "/api/v1/namespaces/default/services", &svc("np2", json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]})));
+    let (code, _) = post(
+        &s,
+        "/api/v1/namespaces/default/services",
+        &svc("np2", json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]})),
+    );
     assert_eq!(code, 422, "a taken nodePort is refused");
     // An update that leaves clusterIP unset keeps the allocated one.
     let mut upd = np.clone();
@@ -118,12 +122,16 @@ fn lists_page_with_limit_and_continue() {
     assert_eq!(page["metadata"]["remainingItemCount"], 3);
     let token = page["metadata"]["continue"].as_str().expect("continue token");
     let (_, rest) = get(&s, &format!("/api/v1/namespaces/default/configmaps?limit=10&continue={}", urlencode(token)));
-    let names: Vec<&str> = rest["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let names: Vec<&str> =
+        rest["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["cm-2", "cm-3", "cm-4"]);
     assert!(rest["metadata"]["continue"].is_null());
     assert_eq!(get(&s, "/api/v1/namespaces/default/configmaps?continue=garbage").0, 400);
     let k = Kubectl::new(&s);
-    assert_eq!(k.ok(&["get", "configmaps", "--chunk-size=1", "-o", "name"]).lines().filter(|l| l.contains("cm-")).count(), 5);
+    assert_eq!(
+        k.ok(&["get", "configmaps", "--chunk-size=1", "-o", "name"]).lines().filter(|l| l.contains("cm-")).count(),
+        5
+    );
 }
 
 fn urlencode(s: &str) -> String {
@@ -136,22 +144,36 @@ fn finalizers_hold_a_deleted_object_until_removed_and_deletecollection_honours_s
     let mut held = cm("held", json!({"keep": "no"}));
     held["metadata"]["finalizers"] = json!(["example.com/hold"]);
     assert_eq!(post(&s, "/api/v1/namespaces/default/configmaps", &held).0, 201);
-    let (code, marked) = send(&s, "DELETE", "/api/v1/namespaces/default/configmaps/held", &json!({}), "application/json");
+    let (code, marked) =
+        send(&s, "DELETE", "/api/v1/namespaces/default/configmaps/held", &json!({}), "application/json");
     assert_eq!(code, 200);
     assert!(marked["metadata"]["deletionTimestamp"].is_string(), "only marked: {marked}");
     assert_eq!(get(&s, "/api/v1/namespaces/default/configmaps/held").0, 200);
-    let (code, _) = send(&s, "PATCH", "/api/v1/namespaces/default/configmaps/held", &json!({"metadata": {"finalizers": null}}), "application/merge-patch+json");
+    let (code, _) = send(
+        &s,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/held",
+        &json!({"metadata": {"finalizers": null}}),
+        "application/merge-patch+json",
+    );
     assert_eq!(code, 200);
     assert_eq!(get(&s, "/api/v1/namespaces/default/configmaps/held").0, 404, "removing the last finalizer deletes it");
 
     for (n, keep) in [("a", "no"), ("b", "yes"), ("c", "no")] {
         assert_eq!(post(&s, "/api/v1/namespaces/default/configmaps", &cm(n, json!({"keep": keep}))).0, 201);
     }
-    let (code, deleted) = send(&s, "DELETE", "/api/v1/namespaces/default/configmaps?labelSelector=keep%3Dno", &json!({}), "application/json");
+    let (code, deleted) = send(
+        &s,
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps?labelSelector=keep%3Dno",
+        &json!({}),
+        "application/json",
+    );
     assert_eq!(code, 200);
     assert_eq!(deleted["items"].as_array().map(Vec::len), Some(2));
     let (_, left) = get(&s, "/api/v1/namespaces/default/configmaps");
-    let names: Vec<&str> = left["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let names: Vec<&str> =
+        left["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["b"]);
 }
 
@@ -165,11 +187,17 @@ fn kubectl_scale_and_describe_work_on_deployments() {
     assert_eq!(k.ok(&["scale", "deployment", "d", "--replicas=3"]).trim(), "deployment.apps/d scaled");
     assert_eq!(k.ok(&["get", "deploy", "d", "-o", "jsonpath={.spec.replicas} {.metadata.generation}"]), "3 2");
     // --current-replicas sends a PUT on /scale without a Content-Type.
-    assert_eq!(k.ok(&["scale", "deployment", "d", "--current-replicas=3", "--replicas=1"]).trim(), "deployment.apps/d scaled");
+    assert_eq!(
+        k.ok(&["scale", "deployment", "d", "--current-replicas=3", "--replicas=1"]).trim(),
+        "deployment.apps/d scaled"
+    );
     let stale = k.run(&["scale", "deployment", "d", "--current-replicas=3", "--replicas=2"]);
     assert!(!stale.status.success(), "precondition on current replicas");
     let (_, scale) = get(&s, "/apis/apps/v1/namespaces/default/deployments/d/scale");
-    assert_eq!((scale["kind"].as_str(), scale["spec"]["replicas"].as_i64(), scale["status"]["selector"].as_str()), (Some("Scale"), Some(1), Some("app=d")));
+    assert_eq!(
+        (scale["kind"].as_str(), scale["spec"]["replicas"].as_i64(), scale["status"]["selector"].as_str()),
+        (Some("Scale"), Some(1), Some("app=d"))
+    );
     let described = k.ok(&["describe", "deployment", "d"]);
     assert!(described.contains("Replicas:") && described.contains("app=d"), "{described}");
 }
@@ -177,13 +205,16 @@ fn kubectl_scale_and_describe_work_on_deployments() {
 #[test]
 fn events_are_found_by_involved_object() {
     let (_d, s) = setup();
-    let ev = |name: &str, obj: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+    let ev = |name: &str, obj: &str| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
         "involvedObject": {"kind": "Pod", "name": obj, "namespace": "default"}, "reason": "Scheduled",
-        "message": format!("placed {obj}"), "type": "Normal", "count": 1});
+        "message": format!("placed {obj}"), "type": "Normal", "count": 1})
+    };
     assert_eq!(post(&s, "/api/v1/namespaces/default/events", &ev("e1", "web")).0, 201);
     assert_eq!(post(&s, "/api/v1/namespaces/default/events", &ev("e2", "db")).0, 201);
     let (_, found) = get(&s, "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dweb%2CinvolvedObject.namespace%3Ddefault");
-    let names: Vec<&str> = found["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let names: Vec<&str> =
+        found["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["e1"]);
 }
 
@@ -270,8 +301,15 @@ fn metrics_and_health_endpoints_answer() {
     }
     let (code, body) = get(&s, "/api/v1/namespaces/default/widgets");
     assert_eq!((code, body["kind"].as_str(), body["reason"].as_str()), (404, Some("Status"), Some("NotFound")));
-    let (code, body) = send(&s, "PATCH", "/api/v1/namespaces/default/configmaps/x", &json!({}), "application/strategic-merge-patch+json");
+    let (code, body) = send(
+        &s,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/x",
+        &json!({}),
+        "application/strategic-merge-patch+json",
+    );
     assert_eq!((code, body["reason"].as_str()), (415, Some("UnsupportedMediaType")));
-    let (code, body) = send(&s, "POST", "/api/v1/namespaces/default/configmaps", &json!("not an object"), "application/json");
+    let (code, body) =
+        send(&s, "POST", "/api/v1/namespaces/default/configmaps", &json!("not an object"), "application/json");
     assert_eq!(code, 400, "{body}");
 }

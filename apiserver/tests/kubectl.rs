@@ -36,7 +36,10 @@ fn kubectl_creates_lists_and_deletes_a_pod() {
 
     let table = k.ok(&["get", "pods"]);
     let mut lines = table.lines();
-    assert_eq!(lines.next().map(|h| h.split_whitespace().collect::<Vec<_>>()), Some(vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"]));
+    assert_eq!(
+        lines.next().map(|h| h.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"])
+    );
     let row: Vec<_> = lines.next().expect("one row").split_whitespace().collect();
     assert_eq!(&row[..4], ["web", "0/1", "Pending", "0"]);
 
@@ -44,8 +47,12 @@ fn kubectl_creates_lists_and_deletes_a_pod() {
     assert!(wide.lines().next().expect("header").contains("IP") && wide.contains("NOMINATED NODE"), "{wide}");
 
     let yaml = k.ok(&["get", "pod", "web", "-o", "yaml"]);
-    assert!(yaml.contains("uid: ") && yaml.contains("restartPolicy: Always") && yaml.contains("phase: Pending"), "{yaml}");
-    let json: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pod", "web", "-o", "json"])).expect("json output");
+    assert!(
+        yaml.contains("uid: ") && yaml.contains("restartPolicy: Always") && yaml.contains("phase: Pending"),
+        "{yaml}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "pod", "web", "-o", "json"])).expect("json output");
     assert_eq!(json["kind"], "Pod");
     assert_eq!(json["spec"]["containers"][0]["ports"][0]["protocol"], "TCP", "defaults applied");
 
@@ -72,11 +79,13 @@ fn kubectl_creates_lists_and_deletes_a_pod() {
 fn kubectl_reports_invalid_and_unknown_fields_like_kubernetes() {
     let (_dir, server) = setup();
     let k = Kubectl::new(&server);
-    let bad = k.file("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: web\n");
+    let bad =
+        k.file("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: web\n");
     let out = k.run(&["create", "-f", bad.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("The Pod \"bad\" is invalid: spec.containers[0].image: Required value"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("The Pod \"bad\" is invalid: spec.containers[0].image: Required value"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -98,7 +107,12 @@ fn kubectl_get_watch_sees_a_change() {
     let k = Kubectl::new(&server);
     let f = k.file("pod.yaml", POD);
     k.ok(&["create", "-f", f.to_str().expect("utf8")]);
-    let mut child = k.command().args(["get", "pods", "-w", "--output-watch-events"]).stdout(Stdio::piped()).spawn().expect("kubectl -w");
+    let mut child = k
+        .command()
+        .args(["get", "pods", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl -w");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -108,7 +122,9 @@ fn kubectl_get_watch_sees_a_change() {
             }
         }
     });
-    let next = |what: &str| rx.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("no {what} line from kubectl get -w"));
+    let next = |what: &str| {
+        rx.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("no {what} line from kubectl get -w"))
+    };
     assert!(next("header").starts_with("EVENT"));
     assert!(next("initial row").contains("web"));
     k.ok(&["label", "pod", "web", "tier=frontend"]);
@@ -129,7 +145,10 @@ fn kubectl_version_and_api_resources_come_from_discovery() {
     assert_eq!(v["serverVersion"]["minor"], "32");
     let res = k.ok(&["api-resources"]);
     let deploy = res.lines().find(|l| l.starts_with("deployments")).expect("deployments listed");
-    assert_eq!(deploy.split_whitespace().collect::<Vec<_>>(), ["deployments", "deploy", "apps/v1", "true", "Deployment"]);
+    assert_eq!(
+        deploy.split_whitespace().collect::<Vec<_>>(),
+        ["deployments", "deploy", "apps/v1", "true", "Deployment"]
+    );
     assert!(res.lines().any(|l| l.starts_with("leases") && l.contains("coordination.k8s.io/v1")));
 }
 
@@ -139,14 +158,23 @@ fn bound_pods_are_deleted_gracefully_until_the_node_confirms() {
     let k = Kubectl::new(&server);
     let f = k.file("pod.yaml", POD);
     k.ok(&["create", "-f", f.to_str().expect("utf8")]);
-    let binding = r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"web"},"target":{"kind":"Node","name":"node-1"}}"#;
-    let (code, _) = http(&server.addr, "POST", "/api/v1/namespaces/default/pods/web/binding", Some(binding), "application/json");
+    let binding =
+        r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"web"},"target":{"kind":"Node","name":"node-1"}}"#;
+    let (code, _) =
+        http(&server.addr, "POST", "/api/v1/namespaces/default/pods/web/binding", Some(binding), "application/json");
     assert_eq!(code, 201);
-    let (code, body) = http(&server.addr, "POST", "/api/v1/namespaces/default/pods/web/binding", Some(binding), "application/json");
+    let (code, body) =
+        http(&server.addr, "POST", "/api/v1/namespaces/default/pods/web/binding", Some(binding), "application/json");
     assert_eq!(code, 409, "{body}");
     assert_eq!(k.ok(&["get", "pod", "web", "-o", "jsonpath={.spec.nodeName}"]), "node-1");
     k.ok(&["delete", "pod", "web", "--wait=false"]);
-    let ts = k.ok(&["get", "pod", "web", "-o", "jsonpath={.metadata.deletionTimestamp} {.metadata.deletionGracePeriodSeconds}"]);
+    let ts = k.ok(&[
+        "get",
+        "pod",
+        "web",
+        "-o",
+        "jsonpath={.metadata.deletionTimestamp} {.metadata.deletionGracePeriodSeconds}",
+    ]);
     assert!(ts.ends_with(" 30"), "terminating with the pod's grace period: {ts}");
     assert!(k.ok(&["get", "pod", "web"]).contains("Terminating"));
     // The node agent confirms with grace 0.

@@ -49,10 +49,7 @@ fn the_official_python_client_passes_the_smoke_test() -> anyhow::Result<()> {
         if Instant::now() > deadline {
             let _ = smoke.kill();
             let _ = smoke.wait();
-            bail!(
-                "smoke.py did not finish within 120s:\n{}",
-                std::fs::read_to_string(&log_path)?
-            );
+            bail!("smoke.py did not finish within 120s:\n{}", std::fs::read_to_string(&log_path)?);
         }
         std::thread::sleep(Duration::from_millis(100));
     };

@@ -142,7 +142,8 @@ async fn up(dir: &Path, port: u16, demo: bool) -> Result<()> {
         return Err(e.context(format!("see {}", dir.join("apiserver.log").display())));
     }
     let kc = dir.join("kubeconfig");
-    step("writing kubeconfig", async { std::fs::write(&kc, kubeconfig(&server)).context("cannot write kubeconfig") }).await?;
+    step("writing kubeconfig", async { std::fs::write(&kc, kubeconfig(&server)).context("cannot write kubeconfig") })
+        .await?;
     if demo {
         step("applying the demo workload (namespace demo: deployment + service hello)", apply_demo(&c)).await?;
     }
@@ -210,7 +211,8 @@ fn down(dir: &Path, purge: bool) -> Result<()> {
     if let Some(pid) = read_pid(dir) {
         if alive(pid) {
             eprint!("stopping kaji-apiserver (pid {pid}) ... ");
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).context("cannot signal the apiserver")?;
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM)
+                .context("cannot signal the apiserver")?;
             let deadline = Instant::now() + Duration::from_secs(15);
             while alive(pid) && Instant::now() < deadline {
                 // Reap it if it is our child (it is not, after `up` returned): just poll.

@@ -192,8 +192,18 @@ mod tests {
     #[test]
     fn aggregated_discovery_lists_deployments_with_scale() {
         let apis = aggregated(false, DiscoveryFormat::V2);
-        let apps = apis["items"].as_array().expect("items").iter().find(|i| i["metadata"]["name"] == "apps").expect("apps group");
-        let deploy = apps["versions"][0]["resources"].as_array().expect("resources").iter().find(|r| r["resource"] == "deployments").expect("deployments");
+        let apps = apis["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|i| i["metadata"]["name"] == "apps")
+            .expect("apps group");
+        let deploy = apps["versions"][0]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .expect("deployments");
         assert_eq!(deploy["shortNames"], json!(["deploy"]));
         assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
         let core = aggregated(true, DiscoveryFormat::V2);
@@ -203,7 +213,17 @@ mod tests {
     #[test]
     fn version_has_every_field_strict_clients_need() {
         let v = version();
-        for f in ["major", "minor", "gitVersion", "gitCommit", "gitTreeState", "buildDate", "goVersion", "compiler", "platform"] {
+        for f in [
+            "major",
+            "minor",
+            "gitVersion",
+            "gitCommit",
+            "gitTreeState",
+            "buildDate",
+            "goVersion",
+            "compiler",
+            "platform",
+        ] {
             assert!(v[f].is_string(), "{f}");
         }
         assert_eq!(v["minor"], "32");

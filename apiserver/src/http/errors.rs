@@ -52,12 +52,18 @@ impl ApiError {
     }
 
     pub fn stale(group: &str, resource: &str, name: &str) -> Self {
-        Self::conflict(group, resource, name, "the object has been modified; please apply your changes to the latest version and try again")
+        Self::conflict(
+            group,
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
     }
 
     pub fn invalid(group: &str, kind: &str, name: &str, causes: &[Cause]) -> Self {
         let message = kaji_api::validation::invalid_message(kind, name, causes);
-        let causes: Vec<Value> = causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect();
+        let causes: Vec<Value> =
+            causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect();
         Self::new(422, "Invalid", message).with(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
     }
 

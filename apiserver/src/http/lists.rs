@@ -14,8 +14,8 @@ use kaji_api::selector::{supported_fields, FieldSelector, LabelSelector};
 use serde_json::{json, Value};
 
 pub fn selectors(info: &ResourceInfo, q: &Query) -> ApiResult<(LabelSelector, FieldSelector)> {
-    let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let labels =
+        LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))
         .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
     let supported = supported_fields(info.kind);
@@ -62,7 +62,13 @@ fn decode_continue(token: &str, info: &ResourceInfo) -> ApiResult<String> {
     Ok(start.to_string())
 }
 
-pub async fn list(s: &Shared, info: &'static ResourceInfo, ns: Option<&str>, q: &Query, accept: &str) -> ApiResult<Response> {
+pub async fn list(
+    s: &Shared,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    q: &Query,
+    accept: &str,
+) -> ApiResult<Response> {
     let (labels, fields) = selectors(info, q)?;
     let start = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(c) => Some(decode_continue(c, info)?),
@@ -102,13 +108,22 @@ pub fn single(info: &ResourceInfo, obj: Value, accept: &str) -> Response {
     match table::table_version(accept) {
         Some(tv) => {
             let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            json_response(200, &table::table(info.kind, tv, &[obj], json!({"resourceVersion": rv}), IncludeObject::Metadata, true))
+            json_response(
+                200,
+                &table::table(info.kind, tv, &[obj], json!({"resourceVersion": rv}), IncludeObject::Metadata, true),
+            )
         }
         None => json_response(200, &obj),
     }
 }
 
-pub async fn delete_collection(s: &Shared, info: &'static ResourceInfo, ns: Option<&str>, q: &Query, opts: &DeleteOptions) -> ApiResult<Response> {
+pub async fn delete_collection(
+    s: &Shared,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    q: &Query,
+    opts: &DeleteOptions,
+) -> ApiResult<Response> {
     let (labels, fields) = selectors(info, q)?;
     let rev = await_rv(s, None).await?;
     let rc = s.cache.resource(info.kind).ok_or_else(|| ApiError::internal("no cache for resource"))?;

@@ -46,7 +46,10 @@ pub fn router(state: Shared) -> Router {
         .route("/livez", get(health))
         .route("/readyz", get(health))
         .route("/metrics", get(metrics))
-        .route("/openapi/v2", get(|| async { ([(header::CONTENT_TYPE, "application/octet-stream")], Vec::<u8>::new()) }))
+        .route(
+            "/openapi/v2",
+            get(|| async { ([(header::CONTENT_TYPE, "application/octet-stream")], Vec::<u8>::new()) }),
+        )
         .route("/openapi/v3", get(|| async { json_response(200, &openapi::index()) }))
         .route("/openapi/v3/{*gv}", get(openapi_doc))
         .fallback(api)
@@ -133,7 +136,8 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the YAML body is not UTF-8"))?;
-            serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
+            serde_saphyr::from_str::<Value>(text)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
         }
         other => Err(ApiError::unsupported_media_type(other)),
     }
@@ -144,7 +148,9 @@ fn write_options(q: &Query) -> ApiResult<WriteOptions> {
         dry_run: match q.get("dryRun") {
             None | Some("") => false,
             Some("All") => true,
-            Some(other) => return Err(ApiError::bad_request(format!("unsupported dryRun value {other:?}: only All is supported"))),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!("unsupported dryRun value {other:?}: only All is supported")))
+            }
         },
         field_validation: FieldValidation::parse(q.get("fieldValidation"))?,
     })
@@ -155,7 +161,8 @@ fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap) -> ApiResult<Dele
     o.dry_run = q.get("dryRun") == Some("All");
     if !body.iter().all(u8::is_ascii_whitespace) {
         let v = decode_body(headers, body)?;
-        let known = kaji_api::schema::normalize("DeleteOptions", &v).map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        let known = kaji_api::schema::normalize("DeleteOptions", &v)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
         if let Some(g) = known.get("gracePeriodSeconds").and_then(Value::as_i64) {
             o.grace_period_seconds = Some(g);
         }
@@ -229,7 +236,14 @@ async fn api(State(s): State<Shared>, method: Method, uri: Uri, headers: HeaderM
     resp
 }
 
-async fn dispatch(s: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes, parsed: Option<ApiPath>) -> ApiResult<Response> {
+async fn dispatch(
+    s: &Shared,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    parsed: Option<ApiPath>,
+) -> ApiResult<Response> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let q = Query::parse(uri)?;
     let path = uri.path().trim_end_matches('/');
@@ -254,7 +268,9 @@ async fn dispatch(s: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, b
             return discovery::resource_list(&group, &version).map(|g| json_response(200, &g)).ok_or_else(not_found)
         }
         Some(ApiPath::Resource(rp)) => rp,
-        Some(_) => return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource")),
+        Some(_) => {
+            return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"))
+        }
     };
     let info = lookup(&rp.group, &rp.version, &rp.resource).ok_or_else(not_found)?;
     let sub = match &rp.subresource {
@@ -323,16 +339,22 @@ async fn resource_request(
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,
                 "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
-                    return Err(ApiError::new(415, "UnsupportedMediaType", format!(
-                        "{} is not supported yet; use application/merge-patch+json or application/json-patch+json",
-                        content_type(headers)
-                    )))
+                    return Err(ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        format!(
+                            "{} is not supported yet; use application/merge-patch+json or application/json-patch+json",
+                            content_type(headers)
+                        ),
+                    ))
                 }
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
             let opts = write_options(q)?;
             let out = match sub {
-                Some(Subresource::Scale) => reg.scale(info, ns.unwrap_or("default"), name, ScaleOp::Patch(kind, &body), &opts).await?,
+                Some(Subresource::Scale) => {
+                    reg.scale(info, ns.unwrap_or("default"), name, ScaleOp::Patch(kind, &body), &opts).await?
+                }
                 _ => reg.patch(info, ns, name, kind, &body, sub, &opts).await?,
             };
             Ok(outcome_response(out))

@@ -5,7 +5,11 @@ use kaji_api::resources::{groups, RESOURCES};
 use serde_json::{json, Map, Value};
 
 fn gv_path(group: &str) -> String {
-    if group.is_empty() { "api/v1".into() } else { format!("apis/{group}/v1") }
+    if group.is_empty() {
+        "api/v1".into()
+    } else {
+        format!("apis/{group}/v1")
+    }
 }
 
 /// A stable short hash of a document, for the index's `?hash=` (cache busting).
@@ -23,7 +27,10 @@ pub fn index() -> Value {
     let mut paths = Map::new();
     for g in groups() {
         let doc = document(&gv_path(g)).unwrap_or(Value::Null);
-        paths.insert(gv_path(g), json!({"serverRelativeURL": format!("/openapi/v3/{}?hash={}", gv_path(g), hash(&doc))}));
+        paths.insert(
+            gv_path(g),
+            json!({"serverRelativeURL": format!("/openapi/v3/{}?hash={}", gv_path(g), hash(&doc))}),
+        );
     }
     json!({"paths": paths})
 }

@@ -15,9 +15,14 @@ pub struct ResourcePath {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiPath {
     /// `/api/v1` or `/apis/<g>/<v>`: a group-version's resource list.
-    GroupVersion { group: String, version: String },
+    GroupVersion {
+        group: String,
+        version: String,
+    },
     /// `/apis/<g>`: one group.
-    Group { group: String },
+    Group {
+        group: String,
+    },
     Resource(ResourcePath),
 }
 
@@ -46,7 +51,9 @@ pub fn parse(path: &str) -> Option<ApiPath> {
     match rest {
         [] => Some(ApiPath::GroupVersion { group: group.to_string(), version: version.to_string() }),
         // namespaces/<name>/status|finalize is the namespace's own subresource.
-        ["namespaces", name, sub @ ("status" | "finalize")] if group.is_empty() => r(None, "namespaces", Some(name), Some(sub)),
+        ["namespaces", name, sub @ ("status" | "finalize")] if group.is_empty() => {
+            r(None, "namespaces", Some(name), Some(sub))
+        }
         ["namespaces", ns, resource, more @ ..] if more.len() <= 2 => r(Some(ns), resource, more.first(), more.get(1)),
         [resource, more @ ..] if more.len() <= 2 => r(None, resource, more.first(), more.get(1)),
         _ => None,
@@ -67,13 +74,19 @@ mod tests {
     #[test]
     fn parses_namespaced_and_cluster_paths() {
         let r = res("/api/v1/namespaces/default/pods/web/status");
-        assert_eq!((r.namespace.as_deref(), r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()), (Some("default"), "pods", Some("web"), Some("status")));
+        assert_eq!(
+            (r.namespace.as_deref(), r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()),
+            (Some("default"), "pods", Some("web"), Some("status"))
+        );
         let r = res("/apis/apps/v1/deployments");
         assert_eq!((r.group.as_str(), r.namespace, r.resource.as_str(), r.name), ("apps", None, "deployments", None));
         let r = res("/api/v1/namespaces/kube-system");
         assert_eq!((r.resource.as_str(), r.name.as_deref(), r.namespace), ("namespaces", Some("kube-system"), None));
         let r = res("/api/v1/namespaces/foo/finalize");
-        assert_eq!((r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()), ("namespaces", Some("foo"), Some("finalize")));
+        assert_eq!(
+            (r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()),
+            ("namespaces", Some("foo"), Some("finalize"))
+        );
         let r = res("/api/v1/namespaces/foo/pods");
         assert_eq!((r.namespace.as_deref(), r.resource.as_str()), (Some("foo"), "pods"));
     }

@@ -45,7 +45,14 @@ pub fn row(kind: &str, obj: &Value, include: IncludeObject, now: jiff::Timestamp
 }
 
 /// A Table of `objs`; `columns` false leaves columnDefinitions null (later watch events).
-pub fn table(kind: &str, api_version: &str, objs: &[Value], meta: Value, include: IncludeObject, columns: bool) -> Value {
+pub fn table(
+    kind: &str,
+    api_version: &str,
+    objs: &[Value],
+    meta: Value,
+    include: IncludeObject,
+    columns: bool,
+) -> Value {
     let now = jiff::Timestamp::now();
     let rows: Vec<Value> = objs.iter().map(|o| row(kind, o, include, now)).collect();
     json!({

@@ -89,10 +89,19 @@ fn bookmark(info: &ResourceInfo, rev: u64, initial_end: bool) -> Bytes {
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    line(&json!({"type": "BOOKMARK", "object": {"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}}))
+    line(
+        &json!({"type": "BOOKMARK", "object": {"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}}),
+    )
 }
 
-pub async fn serve(s: &Shared, info: &'static ResourceInfo, ns: Option<&str>, name: Option<&str>, q: &Query, accept: &str) -> ApiResult<Response> {
+pub async fn serve(
+    s: &Shared,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: Option<&str>,
+    q: &Query,
+    accept: &str,
+) -> ApiResult<Response> {
     let (labels, mut fields) = selectors(info, q)?;
     if let Some(n) = name {
         let sel = match fields.requirements().is_empty() {
@@ -106,12 +115,15 @@ pub async fn serve(s: &Shared, info: &'static ResourceInfo, ns: Option<&str>, na
     let send_initial = q.flag("sendInitialEvents");
     let after = match rv {
         None | Some("0") => None,
-        Some(n) => Some(n.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {n:?}")))?),
+        Some(n) => {
+            Some(n.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {n:?}")))?)
+        }
     };
     if let Some(n) = after {
         await_rv(s, Some(&n.to_string())).await?;
     }
-    let timeout = q.int("timeoutSeconds")?.filter(|t| *t > 0).map(|t| Duration::from_secs(t as u64)).unwrap_or(DEFAULT_TIMEOUT);
+    let timeout =
+        q.int("timeoutSeconds")?.filter(|t| *t > 0).map(|t| Duration::from_secs(t as u64)).unwrap_or(DEFAULT_TIMEOUT);
     let bookmarks = q.flag("allowWatchBookmarks");
     let rc = s.cache.resource(info.kind).ok_or_else(|| ApiError::internal("no cache for resource"))?.clone();
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
@@ -132,7 +144,20 @@ pub async fn serve(s: &Shared, info: &'static ResourceInfo, ns: Option<&str>, na
             let mut shutdown = s.shutdown.clone();
             let start_rev = sub.rev;
             tokio::spawn(async move {
-                let _ = pump(sub.initial, sub.live, &filter, &mut enc, &tx, info, start_rev, send_initial, bookmarks, timeout, &mut shutdown).await;
+                let _ = pump(
+                    sub.initial,
+                    sub.live,
+                    &filter,
+                    &mut enc,
+                    &tx,
+                    info,
+                    start_rev,
+                    send_initial,
+                    bookmarks,
+                    timeout,
+                    &mut shutdown,
+                )
+                .await;
             });
         }
     }
@@ -214,7 +239,11 @@ mod tests {
     }
 
     fn filter(sel: &str) -> Filter {
-        Filter { ns: Some("default".into()), labels: LabelSelector::parse(sel).expect("selector"), fields: FieldSelector::default() }
+        Filter {
+            ns: Some("default".into()),
+            labels: LabelSelector::parse(sel).expect("selector"),
+            fields: FieldSelector::default(),
+        }
     }
 
     fn modified(from: &str, to: &str) -> WatchEvent {
@@ -232,7 +261,11 @@ mod tests {
 
     #[test]
     fn other_namespaces_are_not_seen() {
-        let f = Filter { ns: Some("kube-system".into()), labels: LabelSelector::default(), fields: FieldSelector::default() };
+        let f = Filter {
+            ns: Some("kube-system".into()),
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+        };
         assert_eq!(f.view(&modified("web", "web")), None);
     }
 }

@@ -92,7 +92,11 @@ impl IpAllocator {
         if !r.contains(ip.into()) {
             return Err(AllocError::OutOfRange(self.cidr.clone()));
         }
-        if r.used.insert(ip.into()) { Ok(()) } else { Err(AllocError::Taken) }
+        if r.used.insert(ip.into()) {
+            Ok(())
+        } else {
+            Err(AllocError::Taken)
+        }
     }
 
     pub fn release(&self, ip: Ipv4Addr) {
@@ -128,7 +132,11 @@ impl PortAllocator {
         if !r.contains(port.into()) {
             return Err(AllocError::PortOutOfRange(format!("{}-{}", r.first, r.last)));
         }
-        if r.used.insert(port.into()) { Ok(()) } else { Err(AllocError::PortTaken) }
+        if r.used.insert(port.into()) {
+            Ok(())
+        } else {
+            Err(AllocError::PortTaken)
+        }
     }
 
     pub fn release(&self, port: u16) {

@@ -134,14 +134,17 @@ impl Registry {
 
     /// Type-check against the schema and apply the fieldValidation policy.
     fn check_schema(&self, kind: &str, body: &mut Value, fv: FieldValidation) -> ApiResult<Vec<String>> {
-        let known = schema::normalize(kind, body).map_err(|e| ApiError::bad_request(format!("error decoding {kind}: {e}")))?;
+        let known =
+            schema::normalize(kind, body).map_err(|e| ApiError::bad_request(format!("error decoding {kind}: {e}")))?;
         let unknown = schema::unknown_fields(body, &known);
         if unknown.is_empty() {
             return Ok(vec![]);
         }
         let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
         match fv {
-            FieldValidation::Strict => Err(ApiError::bad_request(format!("strict decoding error: {}", msgs.join(", ")))),
+            FieldValidation::Strict => {
+                Err(ApiError::bad_request(format!("strict decoding error: {}", msgs.join(", "))))
+            }
             FieldValidation::Warn => {
                 schema::strip_unknown(body, &known);
                 Ok(msgs)
@@ -167,7 +170,10 @@ impl Registry {
         }
         if let Some(k) = body.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()) {
             if k != kind {
-                return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({kind}) for {}", info.plural)));
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({kind}) for {}",
+                    info.plural
+                )));
             }
         }
         body["apiVersion"] = api_version.into();
@@ -209,7 +215,13 @@ impl Registry {
     }
 
     /// POST to a collection.
-    pub async fn create(&self, info: &'static ResourceInfo, ns: Option<&str>, mut body: Value, opts: &WriteOptions) -> ApiResult<Outcome> {
+    pub async fn create(
+        &self,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Outcome> {
         Self::check_type(info, info.kind, &info.api_version(), &mut body)?;
         let warnings = self.check_schema(info.kind, &mut body, opts.field_validation)?;
         Self::check_namespace(info, ns, &mut body)?;
@@ -372,9 +384,8 @@ impl Registry {
                 }
                 if info.kind == "Namespace" {
                     // spec.finalizers changes only through /finalize.
-                    match old.pointer("/spec/finalizers") {
-                        Some(f) => new["spec"]["finalizers"] = f.clone(),
-                        None => {}
+                    if let Some(f) = old.pointer("/spec/finalizers") {
+                        new["spec"]["finalizers"] = f.clone();
                     }
                 }
             }
@@ -391,7 +402,11 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info.group, info.kind, name, &causes));
         }
-        let allocated = if info.kind == "Service" && sub.is_none() { Some(services::allocate(self, &mut new, Some(old))?) } else { None };
+        let allocated = if info.kind == "Service" && sub.is_none() {
+            Some(services::allocate(self, &mut new, Some(old))?)
+        } else {
+            None
+        };
         if opts.dry_run {
             if let Some(a) = allocated {
                 a.release(self);
@@ -399,12 +414,17 @@ impl Registry {
             return Ok(Outcome { code: 200, body: with_rv(new, kv.mod_revision), warnings: vec![] });
         }
         // Removing the last finalizer of an object being deleted completes the deletion.
-        if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && namespaces::spec_finalizers_done(info, &new)
+        if meta::is_deleting(&new)
+            && meta::finalizers(&new).is_empty()
+            && namespaces::spec_finalizers_done(info, &new)
             && new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0
         {
             let key = info.key(ns, name);
             // Persist the final state first so watchers see it, then delete at that revision.
-            let rev = self.store.update(&key, &encode_for_store(&new)?, kv.mod_revision).map_err(|e| self.store_err(info, name, e))?;
+            let rev = self
+                .store
+                .update(&key, &encode_for_store(&new)?, kv.mod_revision)
+                .map_err(|e| self.store_err(info, name, e))?;
             let (drev, _) = self.store.delete(&key, Some(rev)).map_err(|e| self.store_err(info, name, e))?;
             self.after_delete(info, &new);
             return Ok(Outcome { code: 200, body: with_rv(new, drev), warnings: vec![] });
@@ -438,7 +458,8 @@ impl Registry {
         sub: Option<Subresource>,
         opts: &WriteOptions,
     ) -> ApiResult<Outcome> {
-        let patch_json: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let patch_json: Value =
+            serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
         let json_patch = match kind {
             PatchType::Json => Some(
                 serde_json::from_value::<json_patch::Patch>(patch_json.clone())
@@ -457,7 +478,8 @@ impl Registry {
             let (old, kv) = self.get_raw(info, ns, name)?;
             let mut new = old.clone();
             match &json_patch {
-                Some(p) => json_patch::patch(&mut new, p).map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?,
+                Some(p) => json_patch::patch(&mut new, p)
+                    .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?,
                 None => json_patch::merge(&mut new, &patch_json),
             }
             Self::check_type(info, info.kind, &info.api_version(), &mut new)?;
@@ -485,24 +507,44 @@ impl Registry {
     }
 
     /// DELETE one object: graceful for bound pods, marked while finalizers remain.
-    pub async fn delete(&self, info: &'static ResourceInfo, ns: Option<&str>, name: &str, opts: &DeleteOptions) -> ApiResult<Outcome> {
+    pub async fn delete(
+        &self,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Outcome> {
         let mut attempts = 0;
         loop {
             attempts += 1;
             match self.delete_once(info, ns, name, opts) {
-                Err(e) if e.code == 409 && e.reason == "Conflict" && opts.precondition_rv.is_none() && attempts < 5 => continue,
+                Err(e) if e.code == 409 && e.reason == "Conflict" && opts.precondition_rv.is_none() && attempts < 5 => {
+                    continue
+                }
                 other => return other,
             }
         }
     }
 
-    fn delete_once(&self, info: &'static ResourceInfo, ns: Option<&str>, name: &str, opts: &DeleteOptions) -> ApiResult<Outcome> {
+    fn delete_once(
+        &self,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Outcome> {
         let (old, kv) = self.get_raw(info, ns, name)?;
         if let Some(uid) = &opts.precondition_uid {
             if meta_str(&old, "uid") != Some(uid.as_str()) {
-                return Err(ApiError::conflict(info.group, info.plural, name, &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&old, "uid").unwrap_or("")
-                )));
+                return Err(ApiError::conflict(
+                    info.group,
+                    info.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&old, "uid").unwrap_or("")
+                    ),
+                ));
             }
         }
         if let Some(rv) = &opts.precondition_rv {
@@ -537,21 +579,20 @@ impl Registry {
                     new["status"]["phase"] = "Terminating".into();
                 }
             }
-            if !(grace == 0 && !has_finalizers) {
-                if opts.dry_run || !changed {
-                    return Ok(Outcome { code: 200, body: new, warnings: vec![] });
-                }
-                let rev = self
-                    .store
-                    .update(&info.key(ns, name), &encode_for_store(&new)?, kv.mod_revision)
-                    .map_err(|e| self.store_err(info, name, e))?;
-                return Ok(Outcome { code: 200, body: with_rv(new, rev), warnings: vec![] });
+            if opts.dry_run || !changed {
+                return Ok(Outcome { code: 200, body: new, warnings: vec![] });
             }
+            let rev = self
+                .store
+                .update(&info.key(ns, name), &encode_for_store(&new)?, kv.mod_revision)
+                .map_err(|e| self.store_err(info, name, e))?;
+            return Ok(Outcome { code: 200, body: with_rv(new, rev), warnings: vec![] });
         }
         if opts.dry_run {
             return Ok(Outcome { code: 200, body: deleted_body(info, old), warnings: vec![] });
         }
-        let (rev, _) = self.store.delete(&info.key(ns, name), Some(kv.mod_revision)).map_err(|e| self.store_err(info, name, e))?;
+        let (rev, _) =
+            self.store.delete(&info.key(ns, name), Some(kv.mod_revision)).map_err(|e| self.store_err(info, name, e))?;
         self.after_delete(info, &old);
         Ok(Outcome { code: 200, body: deleted_body(info, with_rv(old, rev)), warnings: vec![] })
     }
@@ -568,7 +609,14 @@ impl Registry {
     }
 
     /// GET/PUT/PATCH .../scale.
-    pub async fn scale(&self, info: &'static ResourceInfo, ns: &str, name: &str, op: ScaleOp<'_>, opts: &WriteOptions) -> ApiResult<Outcome> {
+    pub async fn scale(
+        &self,
+        info: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        op: ScaleOp<'_>,
+        opts: &WriteOptions,
+    ) -> ApiResult<Outcome> {
         scale::handle(self, info, ns, name, op, opts).await
     }
 

@@ -37,7 +37,8 @@ pub fn bootstrap(reg: &Registry) -> ApiResult<()> {
 /// namespace with no metadata finalizers removes it.
 pub fn finalize(reg: &Registry, name: &str, body: Value, opts: &WriteOptions) -> ApiResult<Outcome> {
     let info = kaji_api::resources::by_kind("Namespace").expect("namespaces are served");
-    let known = kaji_api::schema::normalize("Namespace", &body).map_err(|e| ApiError::bad_request(format!("error decoding Namespace: {e}")))?;
+    let known = kaji_api::schema::normalize("Namespace", &body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding Namespace: {e}")))?;
     let (old, kv) = reg.get_raw(info, None, name)?;
     if let Some(rv) = meta::meta_str(&known, "resourceVersion") {
         if rv.parse::<u64>().ok() != Some(kv.mod_revision) {

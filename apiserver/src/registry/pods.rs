@@ -20,24 +20,41 @@ pub fn grace_period(pod: &Value, requested: Option<i64>) -> i64 {
 
 pub fn bind(reg: &Registry, ns: &str, name: &str, body: Value, opts: &WriteOptions) -> ApiResult<Outcome> {
     let info = kaji_api::resources::by_kind("Pod").expect("pods are served");
-    let known = kaji_api::schema::normalize("Binding", &body).map_err(|e| ApiError::bad_request(format!("error decoding Binding: {e}")))?;
+    let known = kaji_api::schema::normalize("Binding", &body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding Binding: {e}")))?;
     if let Some(n) = meta_str(&known, "name") {
         if n != name {
-            return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({name})")));
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
         }
     }
     let node = known.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
     if node.is_empty() {
-        let cause = kaji_api::validation::Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: "target.name".into() };
+        let cause = kaji_api::validation::Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: "target.name".into(),
+        };
         return Err(ApiError::invalid("", "Binding", name, &[cause]));
     }
     for _ in 0..5 {
         let (old, kv) = reg.get_raw(info, Some(ns), name)?;
         if meta::is_deleting(&old) {
-            return Err(ApiError::conflict("", "pods", name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
+            return Err(ApiError::conflict(
+                "",
+                "pods",
+                name,
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
         }
         if let Some(cur) = old.pointer("/spec/nodeName").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-            return Err(ApiError::conflict("", "pods", name, &format!("pod {name} is already assigned to node \"{cur}\"")));
+            return Err(ApiError::conflict(
+                "",
+                "pods",
+                name,
+                &format!("pod {name} is already assigned to node \"{cur}\""),
+            ));
         }
         let mut new = old.clone();
         new["spec"]["nodeName"] = node.clone().into();
@@ -82,7 +99,8 @@ mod tests {
 
     #[test]
     fn bound_pods_get_the_requested_or_their_own_grace() {
-        let pod = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 45}, "status": {"phase": "Running"}});
+        let pod =
+            json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 45}, "status": {"phase": "Running"}});
         assert_eq!(grace_period(&pod, None), 45);
         assert_eq!(grace_period(&pod, Some(0)), 0);
         assert_eq!(grace_period(&pod, Some(5)), 5);

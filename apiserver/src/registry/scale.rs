@@ -16,7 +16,10 @@ pub enum ScaleOp<'a> {
 
 fn to_scale(obj: &Value) -> Value {
     let m = meta::meta(obj).cloned().unwrap_or_default();
-    let selector = obj.pointer("/spec/selector").map(|s| LabelSelector::from_json(s).map(|l| l.to_string()).unwrap_or_default()).unwrap_or_default();
+    let selector = obj
+        .pointer("/spec/selector")
+        .map(|s| LabelSelector::from_json(s).map(|l| l.to_string()).unwrap_or_default())
+        .unwrap_or_default();
     json!({
         "kind": "Scale", "apiVersion": "autoscaling/v1",
         "metadata": {"name": m.get("name"), "namespace": m.get("namespace"), "uid": m.get("uid"),
@@ -26,29 +29,45 @@ fn to_scale(obj: &Value) -> Value {
     })
 }
 
-pub async fn handle(reg: &Registry, info: &'static ResourceInfo, ns: &str, name: &str, op: ScaleOp<'_>, opts: &WriteOptions) -> ApiResult<Outcome> {
+pub async fn handle(
+    reg: &Registry,
+    info: &'static ResourceInfo,
+    ns: &str,
+    name: &str,
+    op: ScaleOp<'_>,
+    opts: &WriteOptions,
+) -> ApiResult<Outcome> {
     let (obj, _) = reg.get_raw(info, Some(ns), name)?;
     let current = to_scale(&obj);
     let desired = match op {
         ScaleOp::Get => return Ok(Outcome { code: 200, body: current, warnings: vec![] }),
         ScaleOp::Put(body) => body,
         ScaleOp::Patch(kind, patch) => {
-            let patch_json: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let patch_json: Value = serde_json::from_slice(patch)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             let mut s = current.clone();
             match kind {
                 PatchType::Merge => json_patch::merge(&mut s, &patch_json),
                 PatchType::Json => {
-                    let p: json_patch::Patch = serde_json::from_value(patch_json).map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?;
-                    json_patch::patch(&mut s, &p).map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?;
+                    let p: json_patch::Patch = serde_json::from_value(patch_json)
+                        .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?;
+                    json_patch::patch(&mut s, &p).map_err(|e| {
+                        ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}"))
+                    })?;
                 }
             }
             s
         }
     };
-    let known = kaji_api::schema::normalize("Scale", &desired).map_err(|e| ApiError::bad_request(format!("error decoding Scale: {e}")))?;
+    let known = kaji_api::schema::normalize("Scale", &desired)
+        .map_err(|e| ApiError::bad_request(format!("error decoding Scale: {e}")))?;
     let replicas = known.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
     if replicas < 0 {
-        let cause = Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: {replicas}: must be greater than or equal to 0"), field: "spec.replicas".into() };
+        let cause = Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+            field: "spec.replicas".into(),
+        };
         return Err(ApiError::invalid("autoscaling", "Scale", name, &[cause]));
     }
     let pinned = meta_str(&known, "resourceVersion").map(str::to_string);

@@ -42,7 +42,13 @@ fn cluster_ip(svc: &Value) -> Option<Ipv4Addr> {
 fn node_ports(svc: &Value) -> Vec<u16> {
     svc.pointer("/spec/ports")
         .and_then(Value::as_array)
-        .map(|ps| ps.iter().filter_map(|p| p.get("nodePort").and_then(Value::as_u64)).filter(|p| *p > 0).map(|p| p as u16).collect())
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+                .filter(|p| *p > 0)
+                .map(|p| p as u16)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -51,7 +57,11 @@ fn wants_node_ports(svc: &Value) -> bool {
 }
 
 fn invalid(svc: &Value, field: &str, value: impl std::fmt::Display, err: AllocError) -> ApiError {
-    let cause = Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: {value}: {err}"), field: field.into() };
+    let cause = Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: {value}: {err}"),
+        field: field.into(),
+    };
     ApiError::invalid("", "Service", meta::name(svc), &[cause])
 }
 
@@ -86,7 +96,13 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
             }
             s => {
                 let ip: Ipv4Addr = s.parse().map_err(|_| {
-                    let cause = Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: \"{s}\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"), field: "spec.clusterIPs[0]".into() };
+                    let cause = Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!(
+                            "Invalid value: \"{s}\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+                        ),
+                        field: "spec.clusterIPs[0]".into(),
+                    };
                     ApiError::invalid("", "Service", meta::name(svc), &[cause])
                 })?;
                 if old_ip != Some(ip) {
@@ -128,7 +144,11 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
             }
             if cur == 0 {
                 let np = reg.ports.allocate_next().map_err(|e| {
-                    let cause = Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: 0: {e}"), field: field.clone() };
+                    let cause = Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!("Invalid value: 0: {e}"),
+                        field: field.clone(),
+                    };
                     ApiError::invalid("", "Service", &name, &[cause])
                 })?;
                 a.ports.push(np);
@@ -136,7 +156,11 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
             } else if !old_ports.contains(&(cur as u16)) {
                 let port = u16::try_from(cur).unwrap_or(0);
                 reg.ports.allocate(port).map_err(|e| {
-                    let cause = Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: {cur}: {e}"), field: field.clone() };
+                    let cause = Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!("Invalid value: {cur}: {e}"),
+                        field: field.clone(),
+                    };
                     ApiError::invalid("", "Service", &name, &[cause])
                 })?;
                 a.ports.push(port);
@@ -171,7 +195,8 @@ pub fn keep_allocated(new: &mut Value, old: &Value) {
                 continue;
             }
             let same = old_ports.iter().find(|o| {
-                o.get("port") == p.get("port") && o.get("protocol").or(Some(&json!("TCP"))) == p.get("protocol").or(Some(&json!("TCP")))
+                o.get("port") == p.get("port")
+                    && o.get("protocol").or(Some(&json!("TCP"))) == p.get("protocol").or(Some(&json!("TCP")))
             });
             if let Some(np) = same.and_then(|o| o.get("nodePort")).cloned() {
                 p["nodePort"] = np;

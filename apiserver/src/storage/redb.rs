@@ -130,7 +130,13 @@ impl RedbStore {
             (rev, comp)
         };
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Ok(Self { db, writer: Mutex::new(()), revision: AtomicU64::new(revision), compacted: AtomicU64::new(compacted), events })
+        Ok(Self {
+            db,
+            writer: Mutex::new(()),
+            revision: AtomicU64::new(revision),
+            compacted: AtomicU64::new(compacted),
+            events,
+        })
     }
 
     /// Run one write transaction: `f` gets the KV table and the next revision and returns the
@@ -202,7 +208,14 @@ impl Store for RedbStore {
                 return Err(Error::AlreadyExists(key.to_string()));
             }
             kv.insert(key, encode_kv(rev, rev, value).as_slice()).map_err(backend)?;
-            let event = Event { kind: EventKind::Put, revision: rev, key: key.into(), value: value.into(), prev: None, created: true };
+            let event = Event {
+                kind: EventKind::Put,
+                revision: rev,
+                key: key.into(),
+                value: value.into(),
+                prev: None,
+                created: true,
+            };
             Ok((event, rev))
         })
     }
@@ -214,7 +227,14 @@ impl Store for RedbStore {
                 return Err(Error::Conflict { key: key.to_string(), expected, actual: old.mod_revision });
             }
             kv.insert(key, encode_kv(old.create_revision, rev, value).as_slice()).map_err(backend)?;
-            let event = Event { kind: EventKind::Put, revision: rev, key: key.into(), value: value.into(), prev: Some(old.value), created: false };
+            let event = Event {
+                kind: EventKind::Put,
+                revision: rev,
+                key: key.into(),
+                value: value.into(),
+                prev: Some(old.value),
+                created: false,
+            };
             Ok((event, rev))
         })
     }
@@ -228,7 +248,14 @@ impl Store for RedbStore {
                 }
             }
             kv.remove(key).map_err(backend)?;
-            let event = Event { kind: EventKind::Delete, revision: rev, key: key.into(), value: old.value.clone(), prev: Some(old.value.clone()), created: false };
+            let event = Event {
+                kind: EventKind::Delete,
+                revision: rev,
+                key: key.into(),
+                value: old.value.clone(),
+                prev: Some(old.value.clone()),
+                created: false,
+            };
             Ok((event, (rev, old)))
         })
     }
@@ -315,7 +342,14 @@ mod tests {
 
     #[test]
     fn event_encoding_round_trips() {
-        let ev = Event { kind: EventKind::Delete, revision: 7, key: "/registry/pods/a/b".into(), value: Arc::from(&b"{}"[..]), prev: Some(Arc::from(&b"{\"x\":1}"[..])), created: false };
+        let ev = Event {
+            kind: EventKind::Delete,
+            revision: 7,
+            key: "/registry/pods/a/b".into(),
+            value: Arc::from(&b"{}"[..]),
+            prev: Some(Arc::from(&b"{\"x\":1}"[..])),
+            created: false,
+        };
         assert_eq!(decode_event(7, &encode_event(&ev)).expect("decodes"), ev);
     }
 }

@@ -42,17 +42,10 @@ impl ApiServer {
                     break a;
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "apiserver did not start within 20s"
-            );
+            assert!(Instant::now() < deadline, "apiserver did not start within 20s");
             std::thread::sleep(Duration::from_millis(20));
         };
-        let server = Self {
-            child,
-            addr,
-            data_dir: data_dir.to_path_buf(),
-        };
+        let server = Self { child, addr, data_dir: data_dir.to_path_buf() };
         let deadline = Instant::now() + Duration::from_secs(10);
         while http(&server.addr, "GET", "/readyz", None, "").0 != 200 {
             assert!(Instant::now() < deadline, "apiserver not ready within 10s");
@@ -79,24 +72,17 @@ impl Drop for ApiServer {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; returns (status, body). Status 0 = no answer.
-pub fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    content_type: &str,
-) -> (u16, String) {
+pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>, content_type: &str) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(addr) else {
         return (0, String::new());
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let body = body.unwrap_or("");
-    let ct = if content_type.is_empty() {
-        String::new()
-    } else {
-        format!("Content-Type: {content_type}\r\n")
-    };
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let ct = if content_type.is_empty() { String::new() } else { format!("Content-Type: {content_type}\r\n") };
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     if s.write_all(req.as_bytes()).is_err() {
         return (0, String::new());
     }
@@ -105,15 +91,8 @@ pub fn http(
         return (0, String::new());
     }
     let text = String::from_utf8_lossy(&out).to_string();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
 
@@ -135,8 +114,7 @@ impl Kubectl {
 
     pub fn command(&self) -> Command {
         let mut c = Command::new("kubectl");
-        c.arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"));
+        c.arg("--kubeconfig").arg(self.dir.path().join("kubeconfig"));
         c.arg("--cache-dir").arg(self.dir.path().join("cache"));
         c.env_remove("KUBECONFIG");
         c
@@ -150,10 +128,7 @@ impl Kubectl {
 
     /// Run kubectl; returns the output whatever the exit code.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.command()
-            .args(args)
-            .output()
-            .expect("kubectl runs (is it on PATH?)")
+        self.command().args(args).output().expect("kubectl runs (is it on PATH?)")
     }
 
     /// Run kubectl and require success; returns stdout.
