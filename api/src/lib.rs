@@ -4,5 +4,6 @@ pub mod defaults;
 pub mod resources;
 pub mod schema;
 pub mod selector;
+pub mod strategic;
 pub mod table;
 pub mod validation;

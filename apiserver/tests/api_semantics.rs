@@ -306,7 +306,7 @@ fn metrics_and_health_endpoints_answer() {
         "PATCH",
         "/api/v1/namespaces/default/configmaps/x",
         &json!({}),
-        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
     );
     assert_eq!((code, body["reason"].as_str()), (415, Some("UnsupportedMediaType")));
     let (code, body) =

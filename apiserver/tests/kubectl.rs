@@ -227,3 +227,29 @@ fn acknowledged_writes_survive_kill_9_under_load() {
     let lost: Vec<&String> = acked.iter().filter(|n| !names.contains(n.as_str())).collect();
     assert!(lost.is_empty(), "{} acknowledged writes lost after kill -9: {:?}", lost.len(), &lost[..lost.len().min(5)]);
 }
+
+#[test]
+fn kubectl_apply_updates_a_changed_manifest_with_a_strategic_merge_patch() {
+    let (_dir, server) = setup();
+    let k = Kubectl::new(&server);
+    let v1 = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, labels: {app: web}}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.25\n        env: [{name: A, value: '1'}, {name: B, value: '2'}]\n      - name: side\n        image: busybox\n";
+    let v2 = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, labels: {app: web, tier: frontend}}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.26\n        env: [{name: B, value: '2'}, {name: C, value: '3'}]\n      - name: side\n        image: busybox\n";
+    let f1 = k.file("v1.yaml", v1);
+    let f2 = k.file("v2.yaml", v2);
+    assert_eq!(k.ok(&["apply", "-f", f1.to_str().expect("utf8")]).trim(), "deployment.apps/web created");
+    assert_eq!(k.ok(&["apply", "-f", f1.to_str().expect("utf8")]).trim(), "deployment.apps/web unchanged");
+    assert_eq!(k.ok(&["apply", "-f", f2.to_str().expect("utf8")]).trim(), "deployment.apps/web configured");
+    let d: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"])).expect("json");
+    let c = &d["spec"]["template"]["spec"]["containers"];
+    assert_eq!(c[0]["image"], "nginx:1.26");
+    assert_eq!(c[0]["env"], serde_json::json!([{"name": "B", "value": "2"}, {"name": "C", "value": "3"}]), "A removed, C added");
+    assert_eq!(c[1]["name"], "side");
+    assert_eq!(d["metadata"]["labels"]["tier"], "frontend");
+    assert_eq!(d["metadata"]["generation"], 2);
+    let last = d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str().expect("annotation kept");
+    assert!(last.ends_with('\n') && last.contains("nginx:1.26"));
+    k.ok(&["set", "image", "deployment/web", "side=busybox:1.36"]);
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[1].image}"]), "busybox:1.36");
+    k.ok(&["rollout", "restart", "deployment/web"]);
+    assert!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.metadata.annotations}"]).contains("kubectl.kubernetes.io/restartedAt"));
+}

@@ -338,7 +338,8 @@ async fn resource_request(
             let kind = match content_type(headers).as_str() {
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,
-                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+                "application/strategic-merge-patch+json" => PatchType::Strategic,
+                "application/apply-patch+yaml" => {
                     return Err(ApiError::new(
                         415,
                         "UnsupportedMediaType",

@@ -58,6 +58,7 @@ pub struct Outcome {
 pub enum PatchType {
     Merge,
     Json,
+    Strategic,
 }
 
 /// Parsed DeleteOptions (body and query merged).
@@ -465,7 +466,7 @@ impl Registry {
                 serde_json::from_value::<json_patch::Patch>(patch_json.clone())
                     .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?,
             ),
-            PatchType::Merge => {
+            PatchType::Merge | PatchType::Strategic => {
                 if !patch_json.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                 }
@@ -480,6 +481,10 @@ impl Registry {
             match &json_patch {
                 Some(p) => json_patch::patch(&mut new, p)
                     .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?,
+                None if kind == PatchType::Strategic => {
+                    new = kaji_api::strategic::apply(info.kind, &old, &patch_json)
+                        .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?
+                }
                 None => json_patch::merge(&mut new, &patch_json),
             }
             Self::check_type(info, info.kind, &info.api_version(), &mut new)?;

@@ -47,7 +47,7 @@ pub async fn handle(
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             let mut s = current.clone();
             match kind {
-                PatchType::Merge => json_patch::merge(&mut s, &patch_json),
+                PatchType::Merge | PatchType::Strategic => json_patch::merge(&mut s, &patch_json),
                 PatchType::Json => {
                     let p: json_patch::Patch = serde_json::from_value(patch_json)
                         .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?;
