@@ -1,124 +1,11 @@
-//! Defaulting: the fields the Kubernetes apiserver fills in on create and update, applied in place.
-//!
-//! Covers `pkg/apis/core/v1/defaults.go`, `pkg/apis/apps/v1/defaults.go`, the discovery defaults,
-//! and what the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins and the
-//! pod/namespace/service registry strategies add. A value the user set is never replaced; like
-//! Go, an empty string counts as unset.
+//! Pod and pod template defaults: spec, containers, volumes, tolerations and QoS class.
 
 use serde_json::{json, Map, Value};
 
+use super::json::{child, child_of, default_nonzero, default_str, default_value, get_str, is_unset, items, with_map};
 use crate::validation::parse_quantity;
 
-/// Apply Kubernetes defaulting in place (what the real apiserver adds on create and update).
-/// Never removes user values.
-pub fn apply_defaults(kind: &str, obj: &mut Value) {
-    match kind {
-        "Pod" => default_pod(obj),
-        "Deployment" => default_deployment(obj),
-        "ReplicaSet" => {
-            if let Some(spec) = child(obj, "spec") {
-                default_value(spec, "replicas", json!(1));
-                default_template(spec);
-            }
-        }
-        "Service" => default_service(obj),
-        "Namespace" => default_namespace(obj),
-        "Secret" => {
-            if let Some(m) = obj.as_object_mut() {
-                default_str(m, "type", "Opaque");
-            }
-        }
-        "Endpoints" => {
-            for subset in items(obj, "subsets") {
-                for port in items(subset, "ports") {
-                    with_map(port, |m| default_str(m, "protocol", "TCP"));
-                }
-            }
-        }
-        "EndpointSlice" => {
-            for port in items(obj, "ports") {
-                with_map(port, |m| {
-                    default_str(m, "protocol", "TCP");
-                    default_value(m, "name", json!(""));
-                });
-            }
-        }
-        "Node" => {
-            if let Some(status) = child(obj, "status") {
-                if is_unset(status.get("allocatable")) {
-                    if let Some(cap) = status.get("capacity").filter(|c| !c.is_null()).cloned() {
-                        status.insert("allocatable".to_string(), cap);
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON helpers
-// ---------------------------------------------------------------------------------------------
-
-fn is_unset(v: Option<&Value>) -> bool {
-    matches!(v, None | Some(Value::Null))
-}
-
-/// The object at `key`, created when missing or null; `None` when `v` is not an object or the
-/// field holds something else.
-fn child<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
-    let m = v.as_object_mut()?;
-    child_of(m, key)
-}
-
-fn child_of<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
-    let slot = m.entry(key.to_string()).or_insert(Value::Null);
-    if slot.is_null() {
-        *slot = Value::Object(Map::new());
-    }
-    slot.as_object_mut()
-}
-
-/// The elements of the array at `key` (nothing when absent or not an array).
-fn items<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
-    v.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten()
-}
-
-fn with_map(v: &mut Value, f: impl FnOnce(&mut Map<String, Value>)) {
-    if let Some(m) = v.as_object_mut() {
-        f(m);
-    }
-}
-
-fn default_value(m: &mut Map<String, Value>, key: &str, value: Value) {
-    if is_unset(m.get(key)) {
-        m.insert(key.to_string(), value);
-    }
-}
-
-/// Go string fields: unset when missing, null or empty.
-fn default_str(m: &mut Map<String, Value>, key: &str, value: &str) {
-    if m.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
-        m.insert(key.to_string(), json!(value));
-    }
-}
-
-/// Go non-pointer integer fields: unset when missing, null or zero.
-fn default_nonzero(m: &mut Map<String, Value>, key: &str, value: i64) {
-    if m.get(key).and_then(Value::as_i64).is_none_or(|n| n == 0) {
-        m.insert(key.to_string(), json!(value));
-    }
-}
-
-fn get_str<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
-    m.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-// ---------------------------------------------------------------------------------------------
-// Pods and pod templates
-// ---------------------------------------------------------------------------------------------
-
-fn default_pod(pod: &mut Value) {
+pub(super) fn default_pod(pod: &mut Value) {
     let Some(spec) = child(pod, "spec") else {
         return;
     };
@@ -171,7 +58,7 @@ fn default_pod(pod: &mut Value) {
     default_str(status, "qosClass", qos);
 }
 
-fn default_template(spec: &mut Map<String, Value>) {
+pub(super) fn default_template(spec: &mut Map<String, Value>) {
     if let Some(template) = child_of(spec, "template") {
         if let Some(pod_spec) = child_of(template, "spec") {
             default_pod_spec(pod_spec);
@@ -423,119 +310,10 @@ fn qos_class(spec: &Map<String, Value>) -> &'static str {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Deployments, Services, Namespaces
-// ---------------------------------------------------------------------------------------------
-
-fn default_deployment(obj: &mut Value) {
-    let Some(spec) = child(obj, "spec") else {
-        return;
-    };
-    default_value(spec, "replicas", json!(1));
-    if let Some(strategy) = child_of(spec, "strategy") {
-        default_str(strategy, "type", "RollingUpdate");
-        if get_str(strategy, "type") == "RollingUpdate" {
-            if let Some(ru) = child_of(strategy, "rollingUpdate") {
-                default_value(ru, "maxUnavailable", json!("25%"));
-                default_value(ru, "maxSurge", json!("25%"));
-            }
-        }
-    }
-    default_value(spec, "revisionHistoryLimit", json!(10));
-    default_value(spec, "progressDeadlineSeconds", json!(600));
-    default_template(spec);
-}
-
-fn default_service(obj: &mut Value) {
-    let Some(spec) = child(obj, "spec") else {
-        return;
-    };
-    default_str(spec, "sessionAffinity", "None");
-    if get_str(spec, "sessionAffinity") == "ClientIP" {
-        let timeout =
-            spec.get("sessionAffinityConfig").and_then(|c| c.get("clientIP")).and_then(|c| c.get("timeoutSeconds"));
-        if is_unset(timeout) {
-            if let Some(cip) = child_of(spec, "sessionAffinityConfig").and_then(|c| child_of(c, "clientIP")) {
-                cip.insert("timeoutSeconds".to_string(), json!(10800));
-            }
-        }
-    }
-    default_str(spec, "type", "ClusterIP");
-    for port in spec.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
-        with_map(port, |p| {
-            default_str(p, "protocol", "TCP");
-            let unset = match p.get("targetPort") {
-                None | Some(Value::Null) => true,
-                Some(Value::Number(n)) => n.as_i64() == Some(0),
-                Some(Value::String(s)) => s.is_empty(),
-                Some(_) => false,
-            };
-            if unset {
-                if let Some(port) = p.get("port").cloned() {
-                    p.insert("targetPort".to_string(), port);
-                }
-            }
-        });
-    }
-    let ty = get_str(spec, "type").to_string();
-    let has_external_ips = spec.get("externalIPs").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-    if ty == "NodePort" || ty == "LoadBalancer" || (ty == "ClusterIP" && has_external_ips) {
-        default_str(spec, "externalTrafficPolicy", "Cluster");
-    }
-    if ty != "ExternalName" {
-        default_value(spec, "internalTrafficPolicy", json!("Cluster"));
-        default_ip_families(spec);
-    }
-    if ty == "LoadBalancer" {
-        default_value(spec, "allocateLoadBalancerNodePorts", json!(true));
-    }
-}
-
-/// What the service REST layer settles on a single-stack IPv4 cluster.
-fn default_ip_families(spec: &mut Map<String, Value>) {
-    let cluster_ip = get_str(spec, "clusterIP");
-    let headless = cluster_ip == "None";
-    let selectorless = spec.get("selector").and_then(Value::as_object).is_none_or(Map::is_empty);
-    if headless && selectorless {
-        default_value(spec, "ipFamilyPolicy", json!("RequireDualStack"));
-        default_value(spec, "ipFamilies", json!(["IPv4", "IPv6"]));
-        return;
-    }
-    let family = if cluster_ip.contains(':') { "IPv6" } else { "IPv4" };
-    default_value(spec, "ipFamilyPolicy", json!("SingleStack"));
-    default_value(spec, "ipFamilies", json!([family]));
-}
-
-fn default_namespace(obj: &mut Value) {
-    let Some(m) = obj.as_object_mut() else { return };
-    let deleting = m.get("metadata").and_then(|md| md.get("deletionTimestamp")).is_some_and(|d| !d.is_null());
-    if let Some(meta) = child_of(m, "metadata") {
-        let name = get_str(meta, "name").to_string();
-        if !name.is_empty() {
-            if let Some(labels) = child_of(meta, "labels") {
-                labels.insert("kubernetes.io/metadata.name".to_string(), json!(name));
-            }
-        }
-    }
-    // The finalizer goes on while the namespace lives; once deleting, only /finalize changes it.
-    if !deleting {
-        if let Some(spec) = child_of(m, "spec") {
-            default_value(spec, "finalizers", json!(["kubernetes"]));
-        }
-    }
-    if let Some(status) = child_of(m, "status") {
-        default_str(status, "phase", "Active");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn defaulted(kind: &str, mut v: Value) -> Value {
-        apply_defaults(kind, &mut v);
-        v
-    }
+    use crate::defaults::test_support::defaulted;
 
     #[test]
     fn pod_gets_spec_container_and_status_defaults() {
@@ -665,92 +443,5 @@ mod tests {
         assert_eq!(v[0]["emptyDir"], json!({}));
         assert_eq!(v[1]["configMap"]["defaultMode"], 420);
         assert_eq!(v[2]["secret"]["defaultMode"], 256);
-    }
-
-    #[test]
-    fn deployment_defaults_strategy_and_template_but_not_pod_only_fields() {
-        let d = defaulted(
-            "Deployment",
-            json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}}),
-        );
-        let spec = &d["spec"];
-        assert_eq!(spec["replicas"], 1);
-        assert_eq!(spec["revisionHistoryLimit"], 10);
-        assert_eq!(spec["progressDeadlineSeconds"], 600);
-        assert_eq!(
-            spec["strategy"],
-            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
-        );
-        let t = &spec["template"]["spec"];
-        assert_eq!(t["restartPolicy"], "Always");
-        assert_eq!(t["containers"][0]["imagePullPolicy"], "IfNotPresent");
-        assert!(t.get("serviceAccountName").is_none());
-        assert!(t.get("tolerations").is_none());
-        assert!(t.get("priority").is_none());
-        let recreate = defaulted("Deployment", json!({"spec": {"strategy": {"type": "Recreate"}}}));
-        assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
-    }
-
-    #[test]
-    fn service_defaults_type_ports_and_policies() {
-        let s = defaulted(
-            "Service",
-            json!({"spec": {"selector": {"app": "web"}, "ports": [{"port": 80}, {"port": 443, "targetPort": "https"}]}}),
-        );
-        let spec = &s["spec"];
-        assert_eq!(spec["type"], "ClusterIP");
-        assert_eq!(spec["sessionAffinity"], "None");
-        assert_eq!(spec["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
-        assert_eq!(spec["ports"][1]["targetPort"], "https");
-        assert_eq!(spec["internalTrafficPolicy"], "Cluster");
-        assert_eq!(spec["ipFamilies"], json!(["IPv4"]));
-        assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
-        assert!(spec.get("externalTrafficPolicy").is_none());
-
-        let np = defaulted("Service", json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}));
-        assert_eq!(np["spec"]["externalTrafficPolicy"], "Cluster");
-        assert_eq!(np["spec"]["allocateLoadBalancerNodePorts"], true);
-
-        let ext = defaulted("Service", json!({"spec": {"type": "ExternalName", "externalName": "example.com"}}));
-        assert!(ext["spec"].get("ipFamilies").is_none());
-        assert!(ext["spec"].get("ipFamilyPolicy").is_none());
-        assert!(ext["spec"].get("internalTrafficPolicy").is_none());
-    }
-
-    #[test]
-    fn namespace_gets_finalizer_phase_and_name_label() {
-        let ns = defaulted("Namespace", json!({"metadata": {"name": "team-a"}}));
-        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
-        assert_eq!(ns["status"]["phase"], "Active");
-        assert_eq!(ns["metadata"]["labels"]["kubernetes.io/metadata.name"], "team-a");
-        let deleting = defaulted(
-            "Namespace",
-            json!({"metadata": {"name": "a", "deletionTimestamp": "2024-01-01T00:00:00Z"},
-            "status": {"phase": "Terminating"}}),
-        );
-        assert!(deleting["spec"].get("finalizers").is_none());
-        assert_eq!(deleting["status"]["phase"], "Terminating");
-    }
-
-    #[test]
-    fn secret_endpoints_and_slices_get_their_defaults() {
-        assert_eq!(defaulted("Secret", json!({}))["type"], "Opaque");
-        let ep = defaulted("Endpoints", json!({"subsets": [{"ports": [{"port": 80}]}]}));
-        assert_eq!(ep["subsets"][0]["ports"][0]["protocol"], "TCP");
-        let es = defaulted("EndpointSlice", json!({"ports": [{"port": 80}]}));
-        assert_eq!(es["ports"][0], json!({"port": 80, "protocol": "TCP", "name": ""}));
-    }
-
-    #[test]
-    fn defaulting_survives_wrong_shapes() {
-        for kind in
-            ["Pod", "Deployment", "ReplicaSet", "Service", "Namespace", "Secret", "Endpoints", "EndpointSlice", "Node"]
-        {
-            let mut v = json!("not an object");
-            apply_defaults(kind, &mut v);
-            assert_eq!(v, json!("not an object"));
-            let mut v = json!({"spec": 5, "status": [], "ports": "x", "subsets": 1});
-            apply_defaults(kind, &mut v);
-        }
     }
 }

@@ -1,0 +1,93 @@
+//! Defaulting: the fields the Kubernetes apiserver fills in on create and update, applied in place.
+//!
+//! Covers `pkg/apis/core/v1/defaults.go`, `pkg/apis/apps/v1/defaults.go`, the discovery defaults,
+//! and what the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins and the
+//! pod/namespace/service registry strategies add. A value the user set is never replaced; like
+//! Go, an empty string counts as unset.
+
+mod json;
+mod objects;
+mod pod;
+#[cfg(test)]
+mod test_support;
+
+use serde_json::{json, Value};
+
+use json::{child, default_str, default_value, is_unset, items, with_map};
+use objects::{default_deployment, default_namespace, default_service};
+use pod::{default_pod, default_template};
+
+/// Apply Kubernetes defaulting in place (what the real apiserver adds on create and update).
+/// Never removes user values.
+pub fn apply_defaults(kind: &str, obj: &mut Value) {
+    match kind {
+        "Pod" => default_pod(obj),
+        "Deployment" => default_deployment(obj),
+        "ReplicaSet" => {
+            if let Some(spec) = child(obj, "spec") {
+                default_value(spec, "replicas", json!(1));
+                default_template(spec);
+            }
+        }
+        "Service" => default_service(obj),
+        "Namespace" => default_namespace(obj),
+        "Secret" => {
+            if let Some(m) = obj.as_object_mut() {
+                default_str(m, "type", "Opaque");
+            }
+        }
+        "Endpoints" => {
+            for subset in items(obj, "subsets") {
+                for port in items(subset, "ports") {
+                    with_map(port, |m| default_str(m, "protocol", "TCP"));
+                }
+            }
+        }
+        "EndpointSlice" => {
+            for port in items(obj, "ports") {
+                with_map(port, |m| {
+                    default_str(m, "protocol", "TCP");
+                    default_value(m, "name", json!(""));
+                });
+            }
+        }
+        "Node" => {
+            if let Some(status) = child(obj, "status") {
+                if is_unset(status.get("allocatable")) {
+                    if let Some(cap) = status.get("capacity").filter(|c| !c.is_null()).cloned() {
+                        status.insert("allocatable".to_string(), cap);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::defaults::test_support::defaulted;
+
+    #[test]
+    fn secret_endpoints_and_slices_get_their_defaults() {
+        assert_eq!(defaulted("Secret", json!({}))["type"], "Opaque");
+        let ep = defaulted("Endpoints", json!({"subsets": [{"ports": [{"port": 80}]}]}));
+        assert_eq!(ep["subsets"][0]["ports"][0]["protocol"], "TCP");
+        let es = defaulted("EndpointSlice", json!({"ports": [{"port": 80}]}));
+        assert_eq!(es["ports"][0], json!({"port": 80, "protocol": "TCP", "name": ""}));
+    }
+
+    #[test]
+    fn defaulting_survives_wrong_shapes() {
+        for kind in
+            ["Pod", "Deployment", "ReplicaSet", "Service", "Namespace", "Secret", "Endpoints", "EndpointSlice", "Node"]
+        {
+            let mut v = json!("not an object");
+            apply_defaults(kind, &mut v);
+            assert_eq!(v, json!("not an object"));
+            let mut v = json!({"spec": 5, "status": [], "ports": "x", "subsets": 1});
+            apply_defaults(kind, &mut v);
+        }
+    }
+}

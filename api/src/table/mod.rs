@@ -1,0 +1,213 @@
+//! meta.k8s.io/v1 Table conversion: the columns and cells `kubectl get` prints, computed
+//! server-side the way Kubernetes' `pkg/printers/internalversion` printers do (always "wide").
+
+mod age;
+mod columns;
+mod event;
+mod node;
+mod obj;
+mod pod;
+mod service;
+#[cfg(test)]
+mod test_support;
+
+pub use age::human_duration;
+pub use columns::columns;
+
+use jiff::Timestamp;
+use serde_json::{json, Map, Value};
+
+use crate::selector::LabelSelector;
+use age::since;
+use event::event_cells;
+use node::node_cells;
+use obj::{none_if_empty, Obj};
+use pod::pod_cells;
+use service::{format_endpoints, list_with_more, service_cells};
+
+/// One row's cells for `obj`, in the order of `columns(kind)`.
+pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
+    let o = Obj(obj);
+    let name = json!(o.str("metadata.name"));
+    let age = json!(since(o.time("metadata.creationTimestamp"), now));
+    match kind {
+        "Pod" => pod_cells(o, now),
+        "Node" => node_cells(o, name, age),
+        "Service" => service_cells(o, name, age),
+        "Endpoints" => vec![name, json!(format_endpoints(o)), age],
+        "Event" => event_cells(o, now),
+        "Namespace" => vec![name, json!(o.str("status.phase")), age],
+        "ConfigMap" => vec![name, json!(o.map_len("data") + o.map_len("binaryData")), age],
+        "Secret" => {
+            // stringData is merged into data on write; count the union.
+            let mut keys: Vec<&String> = o.map("data").keys().chain(o.map("stringData").keys()).collect();
+            keys.sort();
+            keys.dedup();
+            vec![name, json!(o.str("type")), json!(keys.len()), age]
+        }
+        "ServiceAccount" => vec![name, age],
+        "Lease" => vec![name, json!(o.str("spec.holderIdentity")), age],
+        "Deployment" => {
+            let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
+            let selector = LabelSelector::from_json(o.get("spec.selector").unwrap_or(&Value::Null))
+                .map_or_else(|_| "<invalid>".to_owned(), |s| s.to_string());
+            vec![
+                name,
+                json!(format!("{}/{}", o.int("status.readyReplicas"), o.int_or("spec.replicas", 1))),
+                json!(o.int("status.updatedReplicas")),
+                json!(o.int("status.availableReplicas")),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector),
+            ]
+        }
+        "ReplicaSet" => {
+            let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
+            let selector = match LabelSelector::from_json(o.get("spec.selector").unwrap_or(&Value::Null)) {
+                Err(_) => "<error>".to_owned(),
+                Ok(s) if s.is_empty() => "<none>".to_owned(),
+                Ok(s) => s.to_string(),
+            };
+            vec![
+                name,
+                json!(o.int_or("spec.replicas", 1)),
+                json!(o.int("status.replicas")),
+                json!(o.int("status.readyReplicas")),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector),
+            ]
+        }
+        "EndpointSlice" => {
+            let ports = o.list("ports").iter().map(|p| {
+                let p = Obj(p);
+                p.get("port")
+                    .and_then(Value::as_i64)
+                    .map(|n| n.to_string())
+                    .or_else(|| p.get("name").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_else(|| "*".to_owned())
+            });
+            let addresses = o
+                .list("endpoints")
+                .iter()
+                .flat_map(|e| Obj(e).list("addresses"))
+                .map(|a| a.as_str().unwrap_or("").to_owned());
+            vec![
+                name,
+                json!(o.str("addressType")),
+                json!(list_with_more(ports, "<unset>")),
+                json!(list_with_more(addresses, "<unset>")),
+                age,
+            ]
+        }
+        _ => {
+            let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
+            let created = Timestamp::from_second(created.as_second()).unwrap_or(created);
+            let created =
+                if created == Timestamp::MIN { "0001-01-01T00:00:00Z".to_owned() } else { created.to_string() };
+            vec![name, json!(created)]
+        }
+    }
+}
+
+/// `labels.FormatLabels`: sorted `k=v` pairs, or `<none>`.
+fn format_labels(labels: &Map<String, Value>) -> String {
+    let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+    pairs.sort();
+    none_if_empty(&pairs.join(",")).to_owned()
+}
+
+/// `layoutContainerCells`: names and images, comma separated.
+fn container_cells(containers: &[Value]) -> (String, String) {
+    let names: Vec<&str> = containers.iter().map(|c| Obj(c).str("name")).collect();
+    let images: Vec<&str> = containers.iter().map(|c| Obj(c).str("image")).collect();
+    (names.join(","), images.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::test_support::{cell_strings, now};
+
+    #[test]
+    fn every_kind_has_one_cell_per_column() {
+        let obj = json!({"metadata": {"name": "x", "creationTimestamp": "2025-01-01T11:00:00Z"}});
+        for kind in [
+            "Pod",
+            "Node",
+            "Service",
+            "Endpoints",
+            "Event",
+            "Namespace",
+            "ConfigMap",
+            "Secret",
+            "ServiceAccount",
+            "Lease",
+            "Deployment",
+            "ReplicaSet",
+            "EndpointSlice",
+            "Widget",
+        ] {
+            assert_eq!(cells(kind, &obj, now()).len(), columns(kind).len(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn unknown_kinds_print_the_creation_time() {
+        let obj = json!({"metadata": {"name": "w1", "creationTimestamp": "2025-01-01T11:00:00.5Z"}});
+        assert_eq!(cell_strings("Widget", &obj), ["w1", "2025-01-01T11:00:00Z"]);
+    }
+
+    #[test]
+    fn workloads_print_replica_counts_containers_and_selectors() {
+        let template =
+            json!({"spec": {"containers": [{"name": "web", "image": "nginx:1"}, {"name": "log", "image": "busybox"}]}});
+        let deploy = json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template},
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}
+        });
+        assert_eq!(
+            cells("Deployment", &deploy, now()),
+            [
+                json!("web"),
+                json!("2/3"),
+                json!(3),
+                json!(2),
+                json!("<unknown>"),
+                json!("web,log"),
+                json!("nginx:1,busybox"),
+                json!("app=web")
+            ]
+        );
+        let rs = json!({"metadata": {"name": "web-1"}, "spec": {"replicas": 3, "template": template},
+                        "status": {"replicas": 3, "readyReplicas": 1}});
+        assert_eq!(
+            cells("ReplicaSet", &rs, now()),
+            [
+                json!("web-1"),
+                json!(3),
+                json!(3),
+                json!(1),
+                json!("<unknown>"),
+                json!("web,log"),
+                json!("nginx:1,busybox"),
+                json!("<none>")
+            ]
+        );
+    }
+
+    #[test]
+    fn config_objects_count_their_data() {
+        let cm = json!({"metadata": {"name": "cfg"}, "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
+        assert_eq!(cells("ConfigMap", &cm, now())[1], json!(3));
+        let secret = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "MQ=="}, "stringData": {"a": "1", "b": "2"}});
+        assert_eq!(cells("Secret", &secret, now())[1..3], [json!("Opaque"), json!(2)]);
+        let lease = json!({"metadata": {"name": "kaji-scheduler"}, "spec": {"holderIdentity": "cp1_abc"}});
+        assert_eq!(cell_strings("Lease", &lease)[1], "cp1_abc");
+        let ns = json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}});
+        assert_eq!(cell_strings("Namespace", &ns)[1], "Active");
+    }
+}

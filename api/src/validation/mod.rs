@@ -1,0 +1,297 @@
+//! Validation of API objects: field-level causes with Kubernetes' own field paths and wording.
+//!
+//! Objects are validated after defaulting (see `crate::defaults`). Fields that defaulting always
+//! fills (restartPolicy, protocol, imagePullPolicy, ...) are checked only when present, so
+//! validating an undefaulted object never reports a missing defaulted field.
+
+mod apps;
+mod causes;
+mod container;
+mod json;
+mod meta;
+mod misc;
+mod names;
+mod pod;
+mod pod_update;
+mod quantity;
+mod service;
+#[cfg(test)]
+mod test_support;
+
+pub use causes::{invalid_message, BadValue, Cause};
+pub use names::{
+    config_map_key_errors, dns1035_label_errors, dns1123_label_errors, dns1123_subdomain_errors, env_var_name_errors,
+    label_value_errors, port_name_errors, qualified_name_errors,
+};
+pub use quantity::parse_quantity;
+
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+use apps::{label_selector_string, validate_deployment_spec, validate_replica_set_spec, validate_replica_status};
+use json::{arr, has, int, semantic_eq, st, strs};
+use meta::{validate_finalizer_name, validate_meta_maps, validate_meta_update, validate_object_meta, NameRule};
+use misc::{
+    validate_config_map, validate_endpoint_slice, validate_endpoints, validate_event, validate_immutable_data,
+    validate_node, validate_node_update, validate_secret,
+};
+use names::{IMMUTABLE_MSG, IP_MSG, IS_NEGATIVE_MSG};
+use pod::validate_pod_spec;
+use pod_update::{pod_container_count_change, validate_pod_spec_update, validate_pod_status_update};
+use service::{validate_service, validate_service_update};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Create,
+    Update,
+}
+
+/// Full validation of a new object (metadata + spec). The caller already resolved
+/// `generateName` and filled the namespace of namespaced kinds.
+pub fn validate_create(kind: &str, obj: &Value) -> Vec<Cause> {
+    validate_object(kind, obj, Op::Create)
+}
+
+/// [`validate_create`] of `new` plus what may not change relative to `old`.
+///
+/// Server-owned values the client may omit (uid, creationTimestamp, clusterIP) count as
+/// unchanged when absent from `new`; the caller carries them over from `old`.
+pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    validate_meta_update(new, old, &mut out);
+    if kind == "Pod" {
+        // ValidatePodUpdate stops early when containers are added or removed.
+        if let Some(stop) = pod_container_count_change(new, old) {
+            out.push(stop);
+            return out;
+        }
+    }
+    out.extend(validate_object(kind, new, Op::Update));
+    let null = Value::Null;
+    let new_spec = new.get("spec").unwrap_or(&null);
+    let old_spec = old.get("spec").unwrap_or(&null);
+    match kind {
+        "Pod" => validate_pod_spec_update(new_spec, old_spec, &mut out),
+        "Service" => validate_service_update(new_spec, old_spec, &mut out),
+        "Deployment" | "ReplicaSet" if !semantic_eq(new_spec.get("selector"), old_spec.get("selector")) => {
+            let shown = label_selector_string(new_spec.get("selector"));
+            out.push(Cause::invalid("spec.selector", BadValue::Raw(shown), IMMUTABLE_MSG));
+        }
+        "Secret" => {
+            if st(new, "type") != st(old, "type") && has(old, "type") {
+                out.push(Cause::invalid("type", st(new, "type"), IMMUTABLE_MSG));
+            }
+            validate_immutable_data(new, old, &["data"], &mut out);
+        }
+        "ConfigMap" => validate_immutable_data(new, old, &["data", "binaryData"], &mut out),
+        "EndpointSlice" if st(new, "addressType") != st(old, "addressType") => {
+            out.push(Cause::invalid("addressType", st(new, "addressType"), IMMUTABLE_MSG));
+        }
+        "Node" => validate_node_update(new_spec, old_spec, &mut out),
+        _ => {}
+    }
+    out
+}
+
+/// A write to the status subresource: metadata rules plus kind-specific status checks.
+pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    validate_meta_update(new, old, &mut out);
+    let meta = new.get("metadata").unwrap_or(&Value::Null);
+    validate_meta_maps(meta, &mut out);
+    let null = Value::Null;
+    let status = new.get("status").unwrap_or(&null);
+    match kind {
+        "Pod" => validate_pod_status_update(new, old, &mut out),
+        "Namespace" => {
+            let phase = st(status, "phase");
+            if has(meta, "deletionTimestamp") {
+                if phase != "Terminating" {
+                    out.push(Cause::invalid(
+                        "status.Phase",
+                        phase,
+                        "may only be 'Terminating' if `deletionTimestamp` is not empty",
+                    ));
+                }
+            } else if phase != "Active" {
+                out.push(Cause::invalid("status.Phase", phase, "may only be 'Active' if `deletionTimestamp` is empty"));
+            }
+        }
+        "Deployment" => validate_replica_status(
+            status,
+            &[
+                "replicas",
+                "updatedReplicas",
+                "readyReplicas",
+                "availableReplicas",
+                "unavailableReplicas",
+                "observedGeneration",
+                "collisionCount",
+            ],
+            &["updatedReplicas", "readyReplicas", "availableReplicas"],
+            &mut out,
+        ),
+        "ReplicaSet" => validate_replica_status(
+            status,
+            &["replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration"],
+            &["fullyLabeledReplicas", "readyReplicas", "availableReplicas"],
+            &mut out,
+        ),
+        "Service" => {
+            for (i, ing) in arr(obj_or_null(status, "loadBalancer"), "ingress").iter().enumerate() {
+                let ip = st(ing, "ip");
+                if !ip.is_empty() && ip.parse::<IpAddr>().is_err() {
+                    out.push(Cause::invalid(format!("status.loadBalancer.ingress[{i}].ip"), ip, IP_MSG));
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn obj_or_null<'a>(v: &'a Value, key: &str) -> &'a Value {
+    static NULL: Value = Value::Null;
+    v.get(key).unwrap_or(&NULL)
+}
+
+fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let meta = obj_or_null(obj, "metadata");
+    let (namespaced, rule) = match kind {
+        "Namespace" => (Some(false), NameRule::Label),
+        "Node" => (Some(false), NameRule::Subdomain),
+        "Service" => (Some(true), NameRule::Dns1035),
+        "Pod" | "Endpoints" | "Event" | "ConfigMap" | "Secret" | "ServiceAccount" | "Deployment" | "ReplicaSet"
+        | "EndpointSlice" | "Lease" => (Some(true), NameRule::Subdomain),
+        _ => (None, NameRule::Subdomain),
+    };
+    validate_object_meta(meta, namespaced, rule, &mut out);
+    let spec = obj_or_null(obj, "spec");
+    match kind {
+        "Pod" => {
+            validate_pod_spec(spec, "spec", true, &mut out);
+            if op == Op::Create && !arr(spec, "ephemeralContainers").is_empty() {
+                out.push(Cause::forbidden("spec.ephemeralContainers", "cannot be set on create"));
+            }
+            if op == Op::Create && !st(spec, "nodeName").is_empty() && !arr(spec, "schedulingGates").is_empty() {
+                out.push(Cause::forbidden(
+                    "spec.nodeName",
+                    "cannot be set until all schedulingGates have been cleared",
+                ));
+            }
+        }
+        "Service" => validate_service(obj, &mut out),
+        "Deployment" => validate_deployment_spec(spec, &mut out),
+        "ReplicaSet" => validate_replica_set_spec(spec, &mut out),
+        "Namespace" => {
+            for f in strs(spec, "finalizers") {
+                validate_finalizer_name(&f, "spec.finalizers", &mut out);
+            }
+        }
+        "ConfigMap" => validate_config_map(obj, &mut out),
+        "Secret" => validate_secret(obj, &mut out),
+        "Endpoints" => validate_endpoints(obj, &mut out),
+        "EndpointSlice" => validate_endpoint_slice(obj, &mut out),
+        "Lease" => {
+            if let Some(d) = int(spec, "leaseDurationSeconds") {
+                if d <= 0 {
+                    out.push(Cause::invalid("spec.leaseDurationSeconds", d, "must be greater than 0"));
+                }
+            }
+            if let Some(t) = int(spec, "leaseTransitions") {
+                if t < 0 {
+                    out.push(Cause::invalid("spec.leaseTransitions", t, IS_NEGATIVE_MSG));
+                }
+            }
+        }
+        "Event" => validate_event(obj, &mut out),
+        "Node" => validate_node(obj, &mut out),
+        _ => {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::validation::test_support::{deployment, fields, pod};
+
+    #[test]
+    fn a_valid_pod_has_no_causes() {
+        let p = pod(json!({"containers": [{"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}));
+        assert_eq!(validate_create("Pod", &p), vec![]);
+    }
+
+    #[test]
+    fn a_pod_without_image_gives_the_kubernetes_message() {
+        let p = pod(json!({"containers": [{"name": "app"}]}));
+        let causes = validate_create("Pod", &p);
+        assert_eq!(
+            causes,
+            vec![Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: "spec.containers[0].image".into()
+            }]
+        );
+        assert_eq!(
+            invalid_message("Pod", "web", &causes),
+            "Pod \"web\" is invalid: spec.containers[0].image: Required value"
+        );
+    }
+
+    #[test]
+    fn lease_duration_must_be_positive() {
+        let l =
+            json!({"metadata": {"name": "n1", "namespace": "kube-node-lease"}, "spec": {"leaseDurationSeconds": 0}});
+        assert_eq!(
+            validate_create("Lease", &l),
+            vec![Cause::invalid("spec.leaseDurationSeconds", 0i64, "must be greater than 0")]
+        );
+    }
+
+    #[test]
+    fn status_updates_still_guard_metadata() {
+        let old = json!({"metadata": {"name": "p", "namespace": "d"}, "status": {"replicas": 1}});
+        let mut new = old.clone();
+        new["metadata"]["name"] = json!("q");
+        new["status"]["readyReplicas"] = json!(2);
+        let causes = validate_status_update("ReplicaSet", &new, &old);
+        assert_eq!(fields(&causes), vec!["metadata.name", "status.readyReplicas"]);
+    }
+
+    #[test]
+    fn defaulted_objects_validate_cleanly() {
+        let objects = [
+            (
+                "Pod",
+                pod(json!({"containers": [{"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
+                "readinessProbe": {"httpGet": {"port": 80}}}],
+                "volumes": [{"name": "v"}]})),
+            ),
+            ("Deployment", deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}))),
+            (
+                "Service",
+                json!({"metadata": {"name": "web", "namespace": "d"},
+                "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+            ),
+            ("Service", json!({"metadata": {"name": "db", "namespace": "d"}, "spec": {"clusterIP": "None"}})),
+            ("Namespace", json!({"metadata": {"name": "team-a"}})),
+            ("Secret", json!({"metadata": {"name": "s", "namespace": "d"}, "data": {"k": "dg=="}})),
+            (
+                "EndpointSlice",
+                json!({"metadata": {"name": "s", "namespace": "d"}, "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"port": 80}]}),
+            ),
+        ];
+        for (kind, mut obj) in objects {
+            crate::defaults::apply_defaults(kind, &mut obj);
+            assert_eq!(validate_create(kind, &obj), vec![], "{kind}");
+            assert_eq!(validate_update(kind, &obj, &obj), vec![], "{kind}");
+        }
+    }
+}
