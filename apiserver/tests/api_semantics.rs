@@ -262,6 +262,8 @@ fn a_watch_older_than_the_history_gets_410_gone() {
     for n in ["b", "c", "d"] {
         post(&s, "/api/v1/namespaces/default/configmaps", &cm(n, json!({})));
     }
+    // A consistent list waits until the watch cache has seen every write.
+    assert_eq!(get(&s, "/api/v1/namespaces/default/configmaps").0, 200);
     let mut w = open_watch(&s, &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old_rv}"));
     let ev = next_event(&mut w).expect("an event");
     assert_eq!(ev["type"], "ERROR");

@@ -36,7 +36,7 @@ pub struct Event {
     pub created: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error("key {0} already exists")]
     AlreadyExists(String),

@@ -15,15 +15,57 @@ const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
 /// How many events a live watcher may fall behind before its stream is ended.
-const BROADCAST_CAPACITY: usize = 1 << 16;
+const BROADCAST_CAPACITY: usize = 4096;
+/// redb's page cache; the watch cache holds the hot objects, this only speeds up writes.
+const CACHE_BYTES: usize = 32 << 20;
 
+/// Most writes one commit (one fsync) carries.
+const MAX_BATCH: usize = 512;
+
+/// The embedded store. Writes go to one writer thread that commits whatever is pending as one
+/// transaction (group commit: one fsync for many acknowledged writes), assigning each its own
+/// revision in arrival order.
 pub struct RedbStore {
+    inner: Arc<Inner>,
+    ops: Option<std::sync::mpsc::Sender<Pending>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Inner {
     db: Database,
-    /// Serialises commit + publish so watchers see events in revision order with no gaps.
-    writer: Mutex<()>,
+    /// Held across commit + revision bump + publish, and by readers that need a snapshot whose
+    /// revision matches exactly (list, watch setup, compaction).
+    publish: Mutex<()>,
     revision: AtomicU64,
     compacted: AtomicU64,
     events: broadcast::Sender<Arc<Event>>,
+}
+
+enum Op {
+    Create { key: String, value: Vec<u8> },
+    Update { key: String, value: Vec<u8>, expected: u64 },
+    Delete { key: String, expected: Option<u64> },
+}
+
+enum OpOut {
+    Rev(u64),
+    Deleted(u64, KeyValue),
+}
+
+struct Pending {
+    op: Op,
+    reply: std::sync::mpsc::SyncSender<Result<OpOut>>,
+}
+
+/// Block on a reply without starving the async runtime: on a multi-threaded tokio runtime the
+/// worker hands its other tasks off first, so many requests can wait on one group commit.
+fn wait<T>(rx: std::sync::mpsc::Receiver<T>) -> Option<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| rx.recv().ok())
+        }
+        _ => rx.recv().ok(),
+    }
 }
 
 fn backend(e: impl std::fmt::Display) -> Error {
@@ -115,7 +157,7 @@ impl RedbStore {
     /// Open (or create) the store in `dir/kaji.redb`.
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Backend(format!("failed to create {}: {e}", dir.display())))?;
-        let db = Database::create(dir.join("kaji.redb")).map_err(backend)?;
+        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(dir.join("kaji.redb")).map_err(backend)?;
         let (revision, compacted) = {
             let txn = db.begin_write().map_err(backend)?;
             let (rev, comp) = {
@@ -130,52 +172,177 @@ impl RedbStore {
             (rev, comp)
         };
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Ok(Self {
+        let inner = Arc::new(Inner {
             db,
-            writer: Mutex::new(()),
+            publish: Mutex::new(()),
             revision: AtomicU64::new(revision),
             compacted: AtomicU64::new(compacted),
             events,
-        })
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = inner.clone();
+        let writer = std::thread::Builder::new()
+            .name("redb-writer".into())
+            .spawn(move || w.writer_loop(rx))
+            .map_err(|e| Error::Backend(format!("failed to start the writer thread: {e}")))?;
+        Ok(Self { inner, ops: Some(tx), writer: Some(writer) })
     }
 
-    /// Run one write transaction: `f` gets the KV table and the next revision and returns the
-    /// event to log, or an error that aborts the transaction.
-    fn write<T>(&self, f: impl FnOnce(&mut redb::Table<'_, &str, &[u8]>, u64) -> Result<(Event, T)>) -> Result<T> {
-        let _guard = self.writer.lock().map_err(|_| Error::Backend("writer lock poisoned".into()))?;
-        let next = self.revision.load(Ordering::SeqCst) + 1;
+    fn submit(&self, op: Op) -> Result<OpOut> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let ops = self.ops.as_ref().ok_or_else(|| Error::Backend("store is closed".into()))?;
+        ops.send(Pending { op, reply }).map_err(|_| Error::Backend("the writer thread has stopped".into()))?;
+        wait(rx).unwrap_or_else(|| Err(Error::Backend("the writer thread has stopped".into())))
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        self.inner.publish.lock().map_err(|_| Error::Backend("publish lock poisoned".into()))
+    }
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer after the batch in flight; joining it releases the
+        // database file before anyone reopens it.
+        self.ops.take();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Inner {
+    fn writer_loop(&self, rx: std::sync::mpsc::Receiver<Pending>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            let Ok(_guard) = self.publish.lock() else {
+                for p in batch {
+                    let _ = p.reply.send(Err(Error::Backend("publish lock poisoned".into())));
+                }
+                continue;
+            };
+            match self.commit_batch(&batch) {
+                Ok(results) => {
+                    for (p, r) in batch.into_iter().zip(results) {
+                        let out = r.map(|(event, out)| {
+                            self.revision.store(event.revision, Ordering::SeqCst);
+                            // No receivers is fine: nobody is watching yet.
+                            let _ = self.events.send(Arc::new(event));
+                            out
+                        });
+                        let _ = p.reply.send(out);
+                    }
+                }
+                Err(e) => {
+                    for p in batch {
+                        let _ = p.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply every op in one transaction; an op that fails its precondition changes nothing
+    /// and takes no revision. The commit is durable when this returns.
+    fn commit_batch(&self, batch: &[Pending]) -> Result<Vec<Result<(Event, OpOut)>>> {
+        let mut next = self.revision.load(Ordering::SeqCst) + 1;
         let txn = self.db.begin_write().map_err(backend)?;
-        let (event, out) = {
+        let mut results = Vec::with_capacity(batch.len());
+        {
             let mut kv = txn.open_table(KV).map_err(backend)?;
-            let (event, out) = f(&mut kv, next)?;
             let mut log = txn.open_table(LOG).map_err(backend)?;
-            log.insert(next, encode_event(&event).as_slice()).map_err(backend)?;
+            for p in batch {
+                let r = apply(&mut kv, &p.op, next);
+                if let Ok((event, _)) = &r {
+                    log.insert(next, encode_event(event).as_slice()).map_err(backend)?;
+                    next += 1;
+                }
+                results.push(r);
+            }
             let mut meta = txn.open_table(META).map_err(backend)?;
-            meta.insert("rev", next).map_err(backend)?;
-            (event, out)
-        };
+            meta.insert("rev", next - 1).map_err(backend)?;
+        }
         txn.commit().map_err(backend)?;
-        self.revision.store(next, Ordering::SeqCst);
-        // No receivers is fine: nobody is watching yet.
-        let _ = self.events.send(Arc::new(event));
-        Ok(out)
+        Ok(results)
     }
+}
 
-    fn read_kv(kv: &redb::Table<'_, &str, &[u8]>, key: &str) -> Result<Option<KeyValue>> {
-        match kv.get(key).map_err(backend)? {
-            Some(g) => Ok(Some(decode_kv(key, g.value())?)),
-            None => Ok(None),
+fn read_kv(kv: &redb::Table<'_, &str, &[u8]>, key: &str) -> Result<Option<KeyValue>> {
+    match kv.get(key).map_err(backend)? {
+        Some(g) => Ok(Some(decode_kv(key, g.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// One op against the open table at revision `rev`. Preconditions are checked before any
+/// change, so a failed op leaves the transaction untouched.
+fn apply(kv: &mut redb::Table<'_, &str, &[u8]>, op: &Op, rev: u64) -> Result<(Event, OpOut)> {
+    match op {
+        Op::Create { key, value } => {
+            if kv.get(key.as_str()).map_err(backend)?.is_some() {
+                return Err(Error::AlreadyExists(key.clone()));
+            }
+            kv.insert(key.as_str(), encode_kv(rev, rev, value).as_slice()).map_err(backend)?;
+            let event = Event {
+                kind: EventKind::Put,
+                revision: rev,
+                key: key.clone(),
+                value: value.as_slice().into(),
+                prev: None,
+                created: true,
+            };
+            Ok((event, OpOut::Rev(rev)))
+        }
+        Op::Update { key, value, expected } => {
+            let old = read_kv(kv, key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
+            if old.mod_revision != *expected {
+                return Err(Error::Conflict { key: key.clone(), expected: *expected, actual: old.mod_revision });
+            }
+            kv.insert(key.as_str(), encode_kv(old.create_revision, rev, value).as_slice()).map_err(backend)?;
+            let event = Event {
+                kind: EventKind::Put,
+                revision: rev,
+                key: key.clone(),
+                value: value.as_slice().into(),
+                prev: Some(old.value),
+                created: false,
+            };
+            Ok((event, OpOut::Rev(rev)))
+        }
+        Op::Delete { key, expected } => {
+            let old = read_kv(kv, key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
+            if let Some(expected) = expected {
+                if old.mod_revision != *expected {
+                    return Err(Error::Conflict { key: key.clone(), expected: *expected, actual: old.mod_revision });
+                }
+            }
+            kv.remove(key.as_str()).map_err(backend)?;
+            let event = Event {
+                kind: EventKind::Delete,
+                revision: rev,
+                key: key.clone(),
+                value: old.value.clone(),
+                prev: Some(old.value.clone()),
+                created: false,
+            };
+            Ok((event, OpOut::Deleted(rev, old)))
         }
     }
 }
 
 impl Store for RedbStore {
     fn current_revision(&self) -> u64 {
-        self.revision.load(Ordering::SeqCst)
+        self.inner.revision.load(Ordering::SeqCst)
     }
 
     fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.inner.db.begin_read().map_err(backend)?;
         let kv = txn.open_table(KV).map_err(backend)?;
         match kv.get(key).map_err(backend)? {
             Some(g) => Ok(Some(decode_kv(key, g.value())?)),
@@ -184,10 +351,10 @@ impl Store for RedbStore {
     }
 
     fn list(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
-        // Take the revision under the writer lock so it matches the snapshot exactly.
+        // Take the revision under the publish lock so it matches the snapshot exactly.
         let (txn, rev) = {
-            let _guard = self.writer.lock().map_err(|_| Error::Backend("writer lock poisoned".into()))?;
-            (self.db.begin_read().map_err(backend)?, self.current_revision())
+            let _guard = self.lock()?;
+            (self.inner.db.begin_read().map_err(backend)?, self.current_revision())
         };
         let kv = txn.open_table(KV).map_err(backend)?;
         let mut out = Vec::new();
@@ -203,71 +370,32 @@ impl Store for RedbStore {
     }
 
     fn create(&self, key: &str, value: &[u8]) -> Result<u64> {
-        self.write(|kv, rev| {
-            if kv.get(key).map_err(backend)?.is_some() {
-                return Err(Error::AlreadyExists(key.to_string()));
-            }
-            kv.insert(key, encode_kv(rev, rev, value).as_slice()).map_err(backend)?;
-            let event = Event {
-                kind: EventKind::Put,
-                revision: rev,
-                key: key.into(),
-                value: value.into(),
-                prev: None,
-                created: true,
-            };
-            Ok((event, rev))
-        })
+        match self.submit(Op::Create { key: key.into(), value: value.to_vec() })? {
+            OpOut::Rev(r) | OpOut::Deleted(r, _) => Ok(r),
+        }
     }
 
     fn update(&self, key: &str, value: &[u8], expected: u64) -> Result<u64> {
-        self.write(|kv, rev| {
-            let old = Self::read_kv(kv, key)?.ok_or_else(|| Error::NotFound(key.to_string()))?;
-            if old.mod_revision != expected {
-                return Err(Error::Conflict { key: key.to_string(), expected, actual: old.mod_revision });
-            }
-            kv.insert(key, encode_kv(old.create_revision, rev, value).as_slice()).map_err(backend)?;
-            let event = Event {
-                kind: EventKind::Put,
-                revision: rev,
-                key: key.into(),
-                value: value.into(),
-                prev: Some(old.value),
-                created: false,
-            };
-            Ok((event, rev))
-        })
+        match self.submit(Op::Update { key: key.into(), value: value.to_vec(), expected })? {
+            OpOut::Rev(r) | OpOut::Deleted(r, _) => Ok(r),
+        }
     }
 
     fn delete(&self, key: &str, expected: Option<u64>) -> Result<(u64, KeyValue)> {
-        self.write(|kv, rev| {
-            let old = Self::read_kv(kv, key)?.ok_or_else(|| Error::NotFound(key.to_string()))?;
-            if let Some(expected) = expected {
-                if old.mod_revision != expected {
-                    return Err(Error::Conflict { key: key.to_string(), expected, actual: old.mod_revision });
-                }
-            }
-            kv.remove(key).map_err(backend)?;
-            let event = Event {
-                kind: EventKind::Delete,
-                revision: rev,
-                key: key.into(),
-                value: old.value.clone(),
-                prev: Some(old.value.clone()),
-                created: false,
-            };
-            Ok((event, (rev, old)))
-        })
+        match self.submit(Op::Delete { key: key.into(), expected })? {
+            OpOut::Deleted(r, kv) => Ok((r, kv)),
+            OpOut::Rev(_) => Err(Error::Backend("writer answered a delete with no value".into())),
+        }
     }
 
     fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
         let (history, mut live) = {
-            let _guard = self.writer.lock().map_err(|_| Error::Backend("writer lock poisoned".into()))?;
+            let _guard = self.lock()?;
             let compacted = self.compacted_revision();
             if after < compacted {
                 return Err(Error::Compacted { requested: after, compacted });
             }
-            let txn = self.db.begin_read().map_err(backend)?;
+            let txn = self.inner.db.begin_read().map_err(backend)?;
             let log = txn.open_table(LOG).map_err(backend)?;
             let mut history = Vec::new();
             for entry in log.range(after + 1..).map_err(backend)? {
@@ -277,7 +405,7 @@ impl Store for RedbStore {
                     history.push(ev);
                 }
             }
-            (history, self.events.subscribe())
+            (history, self.inner.events.subscribe())
         };
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let prefix = prefix.to_string();
@@ -307,12 +435,12 @@ impl Store for RedbStore {
     }
 
     fn compact(&self, revision: u64) -> Result<()> {
-        let _guard = self.writer.lock().map_err(|_| Error::Backend("writer lock poisoned".into()))?;
+        let _guard = self.lock()?;
         let revision = revision.min(self.current_revision());
         if revision <= self.compacted_revision() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(backend)?;
+        let txn = self.inner.db.begin_write().map_err(backend)?;
         {
             let mut log = txn.open_table(LOG).map_err(backend)?;
             log.retain_in(..=revision, |_, _| false).map_err(backend)?;
@@ -320,12 +448,12 @@ impl Store for RedbStore {
             meta.insert("compacted", revision).map_err(backend)?;
         }
         txn.commit().map_err(backend)?;
-        self.compacted.store(revision, Ordering::SeqCst);
+        self.inner.compacted.store(revision, Ordering::SeqCst);
         Ok(())
     }
 
     fn compacted_revision(&self) -> u64 {
-        self.compacted.load(Ordering::SeqCst)
+        self.inner.compacted.load(Ordering::SeqCst)
     }
 }
 
