@@ -1,1 +1,18 @@
-//! kaji-runtime: not built yet — the issue for this component lays it down.
+//! kaji-runtime: OCI runtime spec in, isolated, resource-limited process out.
+//!
+//! [`container::ContainerRuntime`] is the API; [`container::Native`] and [`container::Runc`] are
+//! its backends. The modules below split the work by kernel concern.
+pub mod cgroups;
+pub mod container;
+pub mod init;
+pub mod logs;
+pub mod namespaces;
+pub mod rootfs;
+pub mod seccomp;
+pub mod shim;
+pub mod spec;
+pub mod state;
+mod sys;
+
+pub use container::{ContainerRuntime, CreateOptions, Native, Runc};
+pub use state::{Exit, State, Status};

@@ -1,0 +1,144 @@
+//! create+start+wait+delete of busybox `/bin/true`, native vs runc in the same run: sequential
+//! latency and a 4-way parallel batch of 100. Needs root, /bin/busybox and runc; prints Markdown.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kaji_runtime::spec::{default_spec, SpecOptions};
+use kaji_runtime::{ContainerRuntime, CreateOptions, Native, Runc};
+
+const HELPER: &str = env!("CARGO_BIN_EXE_kaji-runtime");
+const SEQUENTIAL: usize = 50;
+const BATCH: usize = 100;
+const WORKERS: usize = 4;
+
+fn rootfs(dir: &Path) -> anyhow::Result<PathBuf> {
+    let root = dir.join("rootfs");
+    for d in ["bin", "proc", "sys", "dev", "tmp", "etc"] {
+        std::fs::create_dir_all(root.join(d))?;
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox"))?;
+    std::os::unix::fs::symlink("busybox", root.join("bin/true"))?;
+    Ok(root)
+}
+
+fn bundle(dir: &Path, rootfs: &Path, parent: &str) -> anyhow::Result<PathBuf> {
+    let opts = SpecOptions {
+        args: vec!["/bin/true".into()],
+        rootfs: rootfs.to_path_buf(),
+        cgroups_path: Some(PathBuf::from(format!("/{parent}/c"))),
+        ..SpecOptions::default()
+    };
+    let mut spec = default_spec(&opts)?;
+    let mut linux = spec.linux().clone().ok_or_else(|| anyhow::anyhow!("no linux"))?;
+    linux.set_resources(Some(
+        oci_spec::runtime::LinuxResourcesBuilder::default()
+            .memory(oci_spec::runtime::LinuxMemoryBuilder::default().limit(64 << 20).build()?)
+            .pids(oci_spec::runtime::LinuxPidsBuilder::default().limit(64).build()?)
+            .build()?,
+    ));
+    spec.set_linux(Some(linux));
+    let b = dir.join(format!("bundle-{parent}"));
+    std::fs::create_dir_all(&b)?;
+    std::fs::write(b.join("config.json"), serde_json::to_vec(&spec)?)?;
+    Ok(b)
+}
+
+/// One full lifecycle. Each container gets its own cgroup (parent/<id> via a per-id bundle).
+fn once(rt: &dyn ContainerRuntime, dir: &Path, rootfs: &Path, parent: &str, id: &str) -> anyhow::Result<Duration> {
+    let b = bundle(dir, rootfs, &format!("{parent}/{id}"))?;
+    let t = Instant::now();
+    rt.create(id, &b, &CreateOptions::default())?;
+    rt.start(id)?;
+    let exit = rt.wait(id, Some(Duration::from_secs(30)))?;
+    rt.delete(id, false)?;
+    let took = t.elapsed();
+    anyhow::ensure!(exit.code == 0, "{id} exited {}", exit.code);
+    Ok(took)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).map(|d| d.as_secs_f64() * 1e3).unwrap_or(f64::NAN)
+}
+
+struct Result {
+    median: f64,
+    p90: f64,
+    batch: f64,
+}
+
+fn measure(rt: &(dyn ContainerRuntime + Sync), dir: &Path, rootfs: &Path, parent: &str) -> anyhow::Result<Result> {
+    for i in 0..3 {
+        once(rt, dir, rootfs, parent, &format!("warm{i}"))?;
+    }
+    let mut times = Vec::new();
+    for i in 0..SEQUENTIAL {
+        times.push(once(rt, dir, rootfs, parent, &format!("s{i}"))?);
+    }
+    times.sort();
+    let t = Instant::now();
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let handles: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                s.spawn(move || -> anyhow::Result<()> {
+                    for i in (w..BATCH).step_by(WORKERS) {
+                        once(rt, dir, rootfs, parent, &format!("p{i}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().map_err(|_| anyhow::anyhow!("worker panicked"))??;
+        }
+        Ok(())
+    })?;
+    Ok(Result { median: pct(&times, 0.5), p90: pct(&times, 0.9), batch: t.elapsed().as_secs_f64() * 1e3 })
+}
+
+fn cleanup_cgroups(parent: &str) {
+    let p = PathBuf::from(format!("/{parent}"));
+    for d in kaji_runtime::cgroups::directories(&p).unwrap_or_default() {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&d);
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    if !nix::unistd::geteuid().is_root() || !Path::new("/bin/busybox").exists() {
+        eprintln!("runtime bench skipped: needs root and /bin/busybox");
+        return Ok(());
+    }
+    let runc_bin = ["/usr/sbin/runc", "/usr/bin/runc"].iter().map(PathBuf::from).find(|p| p.exists());
+    let dir = std::env::temp_dir().join(format!("kaji-rt-bench-{}", std::process::id()));
+    let root = rootfs(&dir)?;
+    let parent = format!("kaji-bench-{}", std::process::id());
+    let native = Native::new(dir.join("state"), HELPER);
+    let n = measure(&native, &dir, &root, &format!("{parent}-n"));
+    cleanup_cgroups(&format!("{parent}-n"));
+    let r = match &runc_bin {
+        Some(b) => {
+            let runc = Runc::new(dir.join("state"), HELPER, b);
+            let r = measure(&runc, &dir, &root, &format!("{parent}-r"));
+            cleanup_cgroups(&format!("{parent}-r"));
+            Some(r)
+        }
+        None => None,
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let n = n?;
+    println!("| backend | median (ms) | p90 (ms) | {BATCH} in parallel ×{WORKERS} (ms) |");
+    println!("|---|---|---|---|");
+    println!("| native | {:.2} | {:.2} | {:.0} |", n.median, n.p90, n.batch);
+    if let Some(r) = r {
+        let r = r?;
+        println!("| runc (same shim) | {:.2} | {:.2} | {:.0} |", r.median, r.p90, r.batch);
+        println!("\nratio runc/native: median {:.1}×, batch {:.1}×", r.median / n.median, r.batch / n.batch);
+    }
+    Ok(())
+}

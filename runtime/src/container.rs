@@ -1,0 +1,383 @@
+//! The runtime API the agent uses — create, start, state, kill, wait, delete — with two backends
+//! behind one trait: [`Native`] (our own init) and [`Runc`] (any OCI runtime binary). Both keep
+//! their state on disk and use the same shim, so any process can re-attach to their containers.
+
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::cgroups::{self, Cgroup, Usage};
+use crate::state::{self, Dir, Exit, Record, State, Status};
+use crate::{spec, sys};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Spec(#[from] spec::Error),
+    #[error(transparent)]
+    State(#[from] state::Error),
+    #[error(transparent)]
+    Cgroups(#[from] cgroups::Error),
+    #[error("failed to create container {id}: {message}")]
+    Create { id: String, message: String },
+    #[error("failed to start shim {helper}")]
+    Shim {
+        helper: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("container {id} is {status:?}, not {wanted}")]
+    WrongState { id: String, status: Status, wanted: &'static str },
+    #[error("failed to signal container {id}")]
+    Signal {
+        id: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("failed to start container {id}")]
+    Start {
+        id: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("timed out waiting for container {0}")]
+    Timeout(String),
+    #[error("the shim of container {0} died without recording an exit status")]
+    ShimGone(String),
+    #[error("{binary} {verb} {id} failed: {message}")]
+    Runc { binary: PathBuf, verb: &'static str, id: String, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How the container's stdout/stderr are kept.
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// CRI-format log file; `None` discards the output.
+    pub log_path: Option<PathBuf>,
+}
+
+/// The operations every backend offers. State lives under the backend's root directory, so a
+/// fresh instance (e.g. after an agent restart) sees and controls existing containers.
+pub trait ContainerRuntime {
+    fn name(&self) -> &'static str;
+    /// Sets the container up (namespaces, rootfs, cgroup) and leaves it waiting for `start`.
+    fn create(&self, id: &str, bundle: &Path, opts: &CreateOptions) -> Result<State>;
+    fn start(&self, id: &str) -> Result<()>;
+    fn state(&self, id: &str) -> Result<State>;
+    fn kill(&self, id: &str, signal: Signal) -> Result<()>;
+    /// Blocks until the container's process exits; `None` waits forever.
+    fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit>;
+    /// Removes a stopped (or, with `force`, any) container: processes, cgroup, state.
+    fn delete(&self, id: &str, force: bool) -> Result<()>;
+    fn list(&self) -> Result<Vec<String>>;
+    fn usage(&self, id: &str) -> Result<Usage>;
+}
+
+/// What both backends share: the state root and the helper binary that runs the shim.
+#[derive(Debug, Clone)]
+struct Common {
+    root: PathBuf,
+    helper: PathBuf,
+}
+
+impl Common {
+    fn dir(&self, id: &str) -> Result<Dir> {
+        Ok(Dir::new(&self.root, id)?)
+    }
+
+    fn record(&self, id: &str) -> Result<(Dir, Record)> {
+        let dir = self.dir(id)?;
+        let record = state::read_json::<Record>(&dir.record())?.ok_or_else(|| state::Error::NotFound(id.into()))?;
+        Ok((dir, record))
+    }
+
+    fn create(&self, id: &str, bundle: &Path, opts: &CreateOptions, runc: Option<(&Path, &Path)>) -> Result<State> {
+        let bundle = std::path::absolute(bundle).map_err(|source| state::Error::Io {
+            op: "resolve",
+            path: bundle.to_path_buf(),
+            source,
+        })?;
+        let spec = spec::load(&bundle)?;
+        spec::validate(&spec, &bundle)?;
+        let dir = self.dir(id)?;
+        dir.create()?;
+        let mut cmd = Command::new(&self.helper);
+        cmd.arg("shim").arg("--root").arg(&self.root).arg("--id").arg(id).arg("--bundle").arg(&bundle);
+        if let Some(log) = &opts.log_path {
+            cmd.arg("--cri-log").arg(log);
+        }
+        if let Some((binary, root)) = runc {
+            cmd.arg("--runc").arg(binary).arg("--runc-root").arg(root);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(source) => {
+                let _ = dir.remove();
+                return Err(Error::Shim { helper: self.helper.clone(), source });
+            }
+        };
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = BufReader::new(out).read_line(&mut line);
+        }
+        let _ = child.wait();
+        match line.trim_end().strip_prefix("ok ") {
+            Some(_) => self.state(id),
+            None => {
+                let _ = dir.remove();
+                let message = line.trim_end().strip_prefix("error: ").unwrap_or("shim exited without reporting");
+                Err(Error::Create { id: id.into(), message: message.to_string() })
+            }
+        }
+    }
+
+    fn state(&self, id: &str) -> Result<State> {
+        let (dir, record) = self.record(id)?;
+        let exit = state::read_json::<Exit>(&dir.exit())?;
+        let alive = nix::sys::signal::kill(Pid::from_raw(record.pid), None).is_ok();
+        let status = state::status(exit.as_ref(), alive, dir.created_marker().exists());
+        Ok(State {
+            oci_version: "1.0.2".into(),
+            id: record.id,
+            status,
+            pid: if status == Status::Stopped { 0 } else { record.pid },
+            bundle: record.bundle,
+            created: record.created,
+            annotations: record.annotations,
+            exit,
+        })
+    }
+
+    fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
+        let (dir, record) = self.record(id)?;
+        if let Some(exit) = state::read_json::<Exit>(&dir.exit())? {
+            return Ok(exit);
+        }
+        if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(record.shim_pid)) {
+            let t = match timeout {
+                None => PollTimeout::NONE,
+                Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
+            };
+            let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+            loop {
+                match nix::poll::poll(&mut fds, t) {
+                    Ok(0) => return Err(Error::Timeout(id.into())),
+                    Ok(_) => break,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => break,
+                }
+            }
+        }
+        state::read_json::<Exit>(&dir.exit())?.ok_or_else(|| Error::ShimGone(id.into()))
+    }
+
+    fn running(&self, id: &str) -> Result<State> {
+        let st = self.state(id)?;
+        if st.status == Status::Stopped {
+            return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "created or running" });
+        }
+        Ok(st)
+    }
+
+    /// Stops the container if needed and waits for its shim to record the exit.
+    fn stop_for_delete(&self, id: &str, force: bool, kill: impl Fn() -> Result<()>) -> Result<Record> {
+        let st = self.state(id)?;
+        let (_, record) = self.record(id)?;
+        if st.status == Status::Running && !force {
+            return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "stopped (use force)" });
+        }
+        if st.status != Status::Stopped {
+            kill()?;
+            match self.wait(id, Some(Duration::from_secs(10))) {
+                Ok(_) | Err(Error::ShimGone(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(record)
+    }
+
+    fn finish_delete(&self, id: &str, record: &Record) -> Result<()> {
+        if let Some(p) = &record.cgroups_path {
+            if cgroups::directories(p)?.iter().any(|d| d.exists()) {
+                Cgroup::new(p)?.remove()?;
+            }
+        }
+        // The shim may still be writing exit.json; it exits right after.
+        if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(record.shim_pid)) {
+            let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+            let _ = nix::poll::poll(&mut fds, PollTimeout::from(5000u16));
+        }
+        self.dir(id)?.remove()?;
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let mut ids = Vec::new();
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ids),
+            Err(source) => return Err(state::Error::Io { op: "list", path: self.root.clone(), source }.into()),
+        };
+        for e in entries.flatten() {
+            if e.path().join("state.json").exists() {
+                ids.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    fn usage(&self, id: &str) -> Result<Usage> {
+        let (_, record) = self.record(id)?;
+        match &record.cgroups_path {
+            Some(p) => Ok(Cgroup::new(p)?.usage()?),
+            None => Ok(Usage::default()),
+        }
+    }
+}
+
+/// The native backend: the shim clones the container init itself.
+#[derive(Debug, Clone)]
+pub struct Native {
+    common: Common,
+}
+
+impl Native {
+    /// `root` holds container state; `helper` is the `kaji-runtime` binary (run as `shim`).
+    pub fn new(root: impl Into<PathBuf>, helper: impl Into<PathBuf>) -> Self {
+        Native { common: Common { root: root.into(), helper: helper.into() } }
+    }
+}
+
+impl ContainerRuntime for Native {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+    fn create(&self, id: &str, bundle: &Path, opts: &CreateOptions) -> Result<State> {
+        self.common.create(id, bundle, opts, None)
+    }
+    fn start(&self, id: &str) -> Result<()> {
+        let st = self.common.state(id)?;
+        if st.status != Status::Created {
+            return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "created" });
+        }
+        let dir = self.common.dir(id)?;
+        let err = |source| Error::Start { id: id.into(), source };
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut fifo =
+            std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.fifo()).map_err(err)?;
+        let _ = std::fs::remove_file(dir.created_marker());
+        fifo.write_all(b"s").map_err(err)?;
+        let _ = std::fs::remove_file(dir.fifo());
+        Ok(())
+    }
+    fn state(&self, id: &str) -> Result<State> {
+        self.common.state(id)
+    }
+    fn kill(&self, id: &str, signal: Signal) -> Result<()> {
+        let st = self.common.running(id)?;
+        nix::sys::signal::kill(Pid::from_raw(st.pid), signal).map_err(|source| Error::Signal { id: id.into(), source })
+    }
+    fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
+        self.common.wait(id, timeout)
+    }
+    fn delete(&self, id: &str, force: bool) -> Result<()> {
+        let record = self.common.stop_for_delete(id, force, || match self.kill(id, Signal::SIGKILL) {
+            Err(Error::WrongState { .. }) => Ok(()),
+            other => other,
+        })?;
+        self.common.finish_delete(id, &record)
+    }
+    fn list(&self) -> Result<Vec<String>> {
+        self.common.list()
+    }
+    fn usage(&self, id: &str) -> Result<Usage> {
+        self.common.usage(id)
+    }
+}
+
+/// The reference backend: any OCI runtime binary with runc's command line, driven with the same
+/// spec and monitored by the same shim (as a child subreaper).
+#[derive(Debug, Clone)]
+pub struct Runc {
+    common: Common,
+    binary: PathBuf,
+    runc_root: PathBuf,
+}
+
+impl Runc {
+    pub fn new(root: impl Into<PathBuf>, helper: impl Into<PathBuf>, binary: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let runc_root = root.join(".runc");
+        Runc { common: Common { root, helper: helper.into() }, binary: binary.into(), runc_root }
+    }
+
+    fn run(&self, verb: &'static str, id: &str, extra: &[&str]) -> Result<()> {
+        let out = Command::new(&self.binary)
+            .arg("--root")
+            .arg(&self.runc_root)
+            .arg(verb)
+            .args(extra)
+            .arg(id)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::Runc { binary: self.binary.clone(), verb, id: id.into(), message: e.to_string() })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(Error::Runc {
+            binary: self.binary.clone(),
+            verb,
+            id: id.into(),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+impl ContainerRuntime for Runc {
+    fn name(&self) -> &'static str {
+        "runc"
+    }
+    fn create(&self, id: &str, bundle: &Path, opts: &CreateOptions) -> Result<State> {
+        self.common.create(id, bundle, opts, Some((&self.binary, &self.runc_root)))
+    }
+    fn start(&self, id: &str) -> Result<()> {
+        let st = self.common.state(id)?;
+        if st.status != Status::Created {
+            return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "created" });
+        }
+        self.run("start", id, &[])?;
+        let _ = std::fs::remove_file(self.common.dir(id)?.created_marker());
+        Ok(())
+    }
+    fn state(&self, id: &str) -> Result<State> {
+        self.common.state(id)
+    }
+    fn kill(&self, id: &str, signal: Signal) -> Result<()> {
+        self.common.running(id)?;
+        self.run("kill", id, &[signal.as_str()])
+    }
+    fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
+        self.common.wait(id, timeout)
+    }
+    fn delete(&self, id: &str, force: bool) -> Result<()> {
+        let record = self.common.stop_for_delete(id, force, || self.run("kill", id, &["SIGKILL"]))?;
+        self.run("delete", id, &["--force"])?;
+        self.common.finish_delete(id, &record)
+    }
+    fn list(&self) -> Result<Vec<String>> {
+        self.common.list()
+    }
+    fn usage(&self, id: &str) -> Result<Usage> {
+        self.common.usage(id)
+    }
+}

@@ -1,0 +1,232 @@
+//! The container init: what the cloned child of the shim does before it becomes the container's
+//! process — join namespaces, build the rootfs, hostname, rlimits, user, capabilities,
+//! no_new_privs, seccomp — then wait for `start` and exec.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use caps::{CapSet, CapsHashSet};
+use nix::mount::MsFlags;
+use nix::sys::resource::{setrlimit, Resource};
+use nix::unistd::{Gid, Uid};
+use oci_spec::runtime::{Capability, PosixRlimitType, Process, Spec};
+
+use crate::{namespaces, rootfs, seccomp};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Namespaces(#[from] namespaces::Error),
+    #[error(transparent)]
+    Rootfs(#[from] rootfs::Error),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::Error),
+    #[error("failed to {op}")]
+    Sys {
+        op: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("failed to set capabilities")]
+    Caps(#[source] caps::errors::CapsError),
+    #[error("executable {0:?} not found in rootfs or $PATH")]
+    NotFound(String),
+    #[error("argument or environment contains a NUL byte")]
+    Nul,
+    #[error("failed to wait for start")]
+    Start(#[source] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn sys(op: impl Into<String>) -> impl FnOnce(nix::Error) -> Error {
+    let op = op.into();
+    move |source| Error::Sys { op, source }
+}
+
+/// Everything the child needs, prepared by the shim before clone.
+pub struct Context<'a> {
+    pub spec: &'a Spec,
+    pub rootfs: rootfs::Source<'a>,
+    pub plan: &'a namespaces::Plan,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The start fifo, opened read-write so a read blocks until `start` writes a byte.
+    pub start: std::fs::File,
+}
+
+/// Runs the init up to exec. Returns only on error (the caller reports it and exits).
+/// `ready` is called once setup succeeded, before blocking on the start fifo.
+pub fn run(ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<()>) -> Error {
+    match setup_and_exec(ctx, ready) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+fn setup_and_exec(mut ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<()>) -> Result<Never> {
+    let spec = ctx.spec;
+    let process = spec.process().as_ref().ok_or(Error::NotFound(String::new()))?;
+    crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;
+    namespaces::join(&ctx.plan.join_in_child)?;
+
+    let devnull = std::fs::File::open("/dev/null").map_err(Error::Start)?;
+    let propagation = match spec.linux().as_ref().and_then(|l| l.rootfs_propagation().as_deref()) {
+        Some("slave") | Some("rslave") => MsFlags::MS_SLAVE,
+        Some("shared") | Some("rshared") => MsFlags::MS_SHARED,
+        _ => MsFlags::MS_PRIVATE,
+    };
+    let root = rootfs::prepare(std::mem::replace(&mut ctx.rootfs, rootfs::Source::Dir(Path::new("/"))), propagation)?;
+    for m in spec.mounts().iter().flatten() {
+        rootfs::mount_one(&root, m)?;
+    }
+    if spec
+        .mounts()
+        .iter()
+        .flatten()
+        .any(|m| m.destination() == Path::new("/dev") && m.typ().as_deref() == Some("tmpfs"))
+    {
+        rootfs::populate_dev(&root)?;
+    }
+    rootfs::pivot(&root)?;
+    rootfs::harden(spec)?;
+
+    if ctx.plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUTS) {
+        if let Some(h) = spec.hostname() {
+            nix::unistd::sethostname(h).map_err(sys("set hostname"))?;
+        }
+    }
+    for rl in process.rlimits().iter().flatten() {
+        setrlimit(resource(rl.typ()), rl.soft(), rl.hard()).map_err(sys(format!("set rlimit {}", rl.typ())))?;
+    }
+    let exe = find_executable(process)?;
+    let args = cstrings(process.args().iter().flatten())?;
+    let env = cstrings(process.env().iter().flatten())?;
+
+    let filter = match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
+        Some(profile) => Some(seccomp::compile(profile)?),
+        None => None,
+    };
+    let nnp = process.no_new_privileges().unwrap_or(false);
+    // Without no_new_privs, loading a filter needs CAP_SYS_ADMIN: do it before dropping caps.
+    if let (Some(f), false) = (&filter, nnp) {
+        seccomp::load(f)?;
+    }
+    let cwd = PathBuf::from(process.cwd());
+    nix::unistd::chdir(&cwd).map_err(sys(format!("chdir to {}", cwd.display())))?;
+    set_user_and_caps(process)?;
+    if nnp {
+        nix::sys::prctl::set_no_new_privs().map_err(sys("set no_new_privs"))?;
+    }
+    if let (Some(f), true) = (&filter, nnp) {
+        seccomp::load(f)?;
+    }
+
+    nix::unistd::dup2(devnull.as_raw_fd(), 0).map_err(sys("set up stdin"))?;
+    nix::unistd::dup2(ctx.stdout.as_raw_fd(), 1).map_err(sys("set up stdout"))?;
+    nix::unistd::dup2(ctx.stderr.as_raw_fd(), 2).map_err(sys("set up stderr"))?;
+    ready().map_err(Error::Start)?;
+    let mut byte = [0u8; 1];
+    ctx.start.read_exact(&mut byte).map_err(Error::Start)?;
+    let err = nix::unistd::execve(&exe, &args, &env).map_err(sys(format!("exec {}", exe.to_string_lossy())));
+    let _ = std::io::stderr().write_all(b"kaji-runtime: exec failed\n");
+    match err {
+        Err(e) => Err(e),
+        Ok(never) => match never {},
+    }
+}
+
+fn cstrings<'a>(items: impl Iterator<Item = &'a String>) -> Result<Vec<CString>> {
+    items.map(|s| CString::new(s.as_bytes()).map_err(|_| Error::Nul)).collect()
+}
+
+fn find_executable(process: &Process) -> Result<CString> {
+    let arg0 = process.args().iter().flatten().next().cloned().unwrap_or_default();
+    let candidate = |p: &Path| p.is_file().then(|| p.to_path_buf());
+    let found = if arg0.contains('/') {
+        candidate(Path::new(&arg0))
+    } else {
+        let path = process.env().iter().flatten().find_map(|e| e.strip_prefix("PATH=")).unwrap_or("/usr/bin:/bin");
+        path.split(':').find_map(|dir| candidate(&Path::new(dir).join(&arg0)))
+    };
+    let found = found.ok_or_else(|| Error::NotFound(arg0.clone()))?;
+    CString::new(found.as_os_str().as_encoded_bytes()).map_err(|_| Error::Nul)
+}
+
+fn resource(t: PosixRlimitType) -> Resource {
+    match t {
+        PosixRlimitType::RlimitCpu => Resource::RLIMIT_CPU,
+        PosixRlimitType::RlimitFsize => Resource::RLIMIT_FSIZE,
+        PosixRlimitType::RlimitData => Resource::RLIMIT_DATA,
+        PosixRlimitType::RlimitStack => Resource::RLIMIT_STACK,
+        PosixRlimitType::RlimitCore => Resource::RLIMIT_CORE,
+        PosixRlimitType::RlimitRss => Resource::RLIMIT_RSS,
+        PosixRlimitType::RlimitNproc => Resource::RLIMIT_NPROC,
+        PosixRlimitType::RlimitNofile => Resource::RLIMIT_NOFILE,
+        PosixRlimitType::RlimitMemlock => Resource::RLIMIT_MEMLOCK,
+        PosixRlimitType::RlimitAs => Resource::RLIMIT_AS,
+        PosixRlimitType::RlimitLocks => Resource::RLIMIT_LOCKS,
+        PosixRlimitType::RlimitSigpending => Resource::RLIMIT_SIGPENDING,
+        PosixRlimitType::RlimitMsgqueue => Resource::RLIMIT_MSGQUEUE,
+        PosixRlimitType::RlimitNice => Resource::RLIMIT_NICE,
+        PosixRlimitType::RlimitRtprio => Resource::RLIMIT_RTPRIO,
+        PosixRlimitType::RlimitRttime => Resource::RLIMIT_RTTIME,
+    }
+}
+
+/// Converts OCI capability names to the `caps` crate's (both use the kernel's CAP_* names).
+pub fn to_caps(set: &std::collections::HashSet<Capability>) -> CapsHashSet {
+    set.iter()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .filter_map(|v| v.as_str().and_then(|s| s.parse::<caps::Capability>().ok()))
+        .collect()
+}
+
+fn set_user_and_caps(process: &Process) -> Result<()> {
+    let user = process.user();
+    let caps = process.capabilities().as_ref();
+    let get = |f: fn(&oci_spec::runtime::LinuxCapabilities) -> &Option<std::collections::HashSet<Capability>>| {
+        caps.and_then(|c| f(c).as_ref()).map(to_caps).unwrap_or_default()
+    };
+    let bounding = get(|c| c.bounding());
+    // The bounding set can only shrink, and shrinking needs CAP_SETPCAP, which we still hold.
+    for cap in caps::read(None, CapSet::Bounding).map_err(Error::Caps)? {
+        if !bounding.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap).map_err(Error::Caps)?;
+        }
+    }
+    nix::sys::prctl::set_keepcaps(true).map_err(sys("keep capabilities across setuid"))?;
+    let groups: Vec<Gid> = user.additional_gids().iter().flatten().map(|g| Gid::from_raw(*g)).collect();
+    nix::unistd::setgroups(&groups).map_err(sys("set additional gids"))?;
+    nix::unistd::setresgid(Gid::from_raw(user.gid()), Gid::from_raw(user.gid()), Gid::from_raw(user.gid()))
+        .map_err(sys(format!("set gid {}", user.gid())))?;
+    nix::unistd::setresuid(Uid::from_raw(user.uid()), Uid::from_raw(user.uid()), Uid::from_raw(user.uid()))
+        .map_err(sys(format!("set uid {}", user.uid())))?;
+    nix::sys::prctl::set_keepcaps(false).map_err(sys("reset keepcaps"))?;
+    // Effective must stay a subset of permitted at every step: shrink it first.
+    caps::set(None, CapSet::Effective, &get(|c| c.effective())).map_err(Error::Caps)?;
+    caps::set(None, CapSet::Permitted, &get(|c| c.permitted())).map_err(Error::Caps)?;
+    caps::set(None, CapSet::Inheritable, &get(|c| c.inheritable())).map_err(Error::Caps)?;
+    caps::clear(None, CapSet::Ambient).map_err(Error::Caps)?;
+    for cap in get(|c| c.ambient()) {
+        caps::raise(None, CapSet::Ambient, cap).map_err(Error::Caps)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oci_capability_names_map_to_kernel_capabilities() {
+        let set = crate::spec::default_capabilities();
+        let mapped = to_caps(&set);
+        assert_eq!(mapped.len(), set.len());
+        assert!(mapped.contains(&caps::Capability::CAP_NET_BIND_SERVICE));
+    }
+}

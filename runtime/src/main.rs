@@ -1,0 +1,165 @@
+//! `kaji-runtime`: an OCI-runtime command line with runc's shape (global flags before the verb),
+//! and the hidden `shim` verb the library re-execs for each container.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use kaji_runtime::{ContainerRuntime, CreateOptions, Native, Runc};
+use nix::sys::signal::Signal;
+
+#[derive(Parser)]
+#[command(name = "kaji-runtime", version, about = "kaji's OCI container runtime")]
+struct Cli {
+    /// Directory for container state.
+    #[arg(long, global = true, default_value = "/run/kaji-runtime")]
+    root: PathBuf,
+    /// Backend: `native`, or the path/name of an OCI runtime binary such as `runc`.
+    #[arg(long, global = true, default_value = "native")]
+    runtime: String,
+    /// Accepted for runc compatibility (ignored).
+    #[arg(long, global = true, hide = true)]
+    log: Option<PathBuf>,
+    #[arg(long, global = true, hide = true)]
+    log_format: Option<String>,
+    #[command(subcommand)]
+    command: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Create a container from a bundle; it waits for `start`.
+    Create {
+        id: String,
+        #[arg(long, short, default_value = ".")]
+        bundle: PathBuf,
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// Write the container's stdout/stderr here in CRI log format.
+        #[arg(long)]
+        log_path: Option<PathBuf>,
+    },
+    /// Run the process of a created container.
+    Start { id: String },
+    /// Print the container's state as JSON.
+    State { id: String },
+    /// Send a signal (name or number, default SIGTERM).
+    Kill { id: String, signal: Option<String> },
+    /// Delete a stopped container (or any, with --force).
+    Delete {
+        id: String,
+        #[arg(long, short)]
+        force: bool,
+    },
+    /// Create, start and wait; exits with the container's exit code.
+    Run {
+        id: String,
+        #[arg(long, short, default_value = ".")]
+        bundle: PathBuf,
+        #[arg(long)]
+        log_path: Option<PathBuf>,
+    },
+    /// List container ids.
+    List,
+    #[command(hide = true)]
+    Shim {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        bundle: PathBuf,
+        #[arg(long = "cri-log")]
+        log_file: Option<PathBuf>,
+        #[arg(long)]
+        runc: Option<PathBuf>,
+        #[arg(long)]
+        runc_root: Option<PathBuf>,
+    },
+}
+
+fn parse_signal(s: &str) -> anyhow::Result<Signal> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Signal::try_from(n).with_context(|| format!("unknown signal {s}"));
+    }
+    let name = s.to_ascii_uppercase();
+    let name = if name.starts_with("SIG") { name } else { format!("SIG{name}") };
+    Signal::from_str(&name).with_context(|| format!("unknown signal {s}"))
+}
+
+fn backend(cli: &Cli) -> anyhow::Result<Box<dyn ContainerRuntime>> {
+    let helper = std::env::current_exe().context("cannot find own executable")?;
+    Ok(match cli.runtime.as_str() {
+        "native" => Box::new(Native::new(&cli.root, helper)),
+        binary => Box::new(Runc::new(&cli.root, helper, binary)),
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Verb::Shim { id, bundle, log_file, runc, runc_root } = &cli.command {
+        let args = kaji_runtime::shim::Args {
+            root: cli.root.clone(),
+            id: id.clone(),
+            bundle: bundle.clone(),
+            log: log_file.clone(),
+            runc: runc.clone(),
+            runc_root: runc_root.clone(),
+        };
+        std::process::exit(kaji_runtime::shim::main(args));
+    }
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    let rt = backend(&cli)?;
+    match &cli.command {
+        Verb::Create { id, bundle, pid_file, log_path } => {
+            let st = rt.create(id, bundle, &CreateOptions { log_path: log_path.clone() })?;
+            if let Some(f) = pid_file {
+                std::fs::write(f, st.pid.to_string()).with_context(|| format!("writing {}", f.display()))?;
+            }
+        }
+        Verb::Start { id } => rt.start(id)?,
+        Verb::State { id } => {
+            let st = rt.state(id)?;
+            let mut out = std::io::stdout();
+            serde_json::to_writer_pretty(&mut out, &st)?;
+            writeln!(out)?;
+        }
+        Verb::Kill { id, signal } => rt.kill(id, parse_signal(signal.as_deref().unwrap_or("SIGTERM"))?)?,
+        Verb::Delete { id, force } => rt.delete(id, *force)?,
+        Verb::Run { id, bundle, log_path } => {
+            rt.create(id, bundle, &CreateOptions { log_path: log_path.clone() })?;
+            rt.start(id)?;
+            let exit = rt.wait(id, None)?;
+            rt.delete(id, true)?;
+            std::process::exit(exit.code);
+        }
+        Verb::List => {
+            for id in rt.list()? {
+                println!("{id}");
+            }
+        }
+        Verb::Shim { .. } => bail!("unreachable: shim handled above"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_parse_by_name_short_name_and_number() {
+        assert_eq!(parse_signal("SIGKILL").ok(), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("term").ok(), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("9").ok(), Some(Signal::SIGKILL));
+        assert!(parse_signal("SIGNOPE").is_err());
+    }
+
+    #[test]
+    fn flags_may_follow_the_id_as_with_runc() {
+        let cli = Cli::try_parse_from(["kaji-runtime", "--root", "/tmp/r", "create", "c1", "--bundle", "/b"]);
+        assert!(matches!(cli.map(|c| c.command), Ok(Verb::Create { ref id, .. }) if id == "c1"));
+        let cli = Cli::try_parse_from(["kaji-runtime", "delete", "--force", "c1"]);
+        assert!(matches!(cli.map(|c| c.command), Ok(Verb::Delete { force: true, .. })));
+    }
+}

@@ -1,0 +1,116 @@
+//! Linux namespaces: which ones to create with clone(2), which to join by path with setns(2).
+
+use std::path::PathBuf;
+
+use nix::sched::CloneFlags;
+use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("namespace type {0} is not supported")]
+    Unsupported(String),
+    #[error("failed to open namespace file {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to join {kind} namespace {path}")]
+    Join {
+        kind: String,
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The split of a spec's namespace list: flags for clone(2), and paths to setns(2) into.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    pub clone_flags: CloneFlags,
+    /// Joined in the shim before clone (pid: it only applies to children).
+    pub join_before_clone: Vec<(CloneFlags, PathBuf)>,
+    /// Joined by the container init itself (net, ipc, uts, mount, cgroup).
+    pub join_in_child: Vec<(CloneFlags, PathBuf)>,
+}
+
+fn flag(typ: LinuxNamespaceType) -> Result<CloneFlags> {
+    Ok(match typ {
+        LinuxNamespaceType::Mount => CloneFlags::CLONE_NEWNS,
+        LinuxNamespaceType::Pid => CloneFlags::CLONE_NEWPID,
+        LinuxNamespaceType::Uts => CloneFlags::CLONE_NEWUTS,
+        LinuxNamespaceType::Ipc => CloneFlags::CLONE_NEWIPC,
+        LinuxNamespaceType::Network => CloneFlags::CLONE_NEWNET,
+        LinuxNamespaceType::Cgroup => CloneFlags::CLONE_NEWCGROUP,
+        other => return Err(Error::Unsupported(other.to_string())),
+    })
+}
+
+/// Pure: turns the spec's namespace list into a [`Plan`].
+pub fn plan(namespaces: &[LinuxNamespace]) -> Result<Plan> {
+    let mut plan = Plan { clone_flags: CloneFlags::empty(), join_before_clone: vec![], join_in_child: vec![] };
+    for ns in namespaces {
+        let f = flag(ns.typ())?;
+        match ns.path() {
+            None => plan.clone_flags |= f,
+            Some(path) if f == CloneFlags::CLONE_NEWPID => plan.join_before_clone.push((f, path.clone())),
+            Some(path) => plan.join_in_child.push((f, path.clone())),
+        }
+    }
+    Ok(plan)
+}
+
+/// setns(2) into each namespace file.
+pub fn join(list: &[(CloneFlags, PathBuf)]) -> Result<()> {
+    for (f, path) in list {
+        let file = std::fs::File::open(path).map_err(|source| Error::Open { path: path.clone(), source })?;
+        nix::sched::setns(file, *f).map_err(|source| Error::Join {
+            kind: format!("{f:?}"),
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oci_spec::runtime::LinuxNamespaceBuilder;
+
+    fn ns(typ: LinuxNamespaceType, path: Option<&str>) -> LinuxNamespace {
+        let mut b = LinuxNamespaceBuilder::default().typ(typ);
+        if let Some(p) = path {
+            b = b.path(p);
+        }
+        b.build().expect("valid namespace")
+    }
+
+    #[test]
+    fn new_namespaces_become_clone_flags_and_paths_become_joins() {
+        let p = plan(&[
+            ns(LinuxNamespaceType::Mount, None),
+            ns(LinuxNamespaceType::Pid, None),
+            ns(LinuxNamespaceType::Network, Some("/run/netns/pod")),
+            ns(LinuxNamespaceType::Uts, None),
+        ])
+        .expect("supported");
+        assert_eq!(p.clone_flags, CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWUTS);
+        assert_eq!(p.join_in_child, vec![(CloneFlags::CLONE_NEWNET, PathBuf::from("/run/netns/pod"))]);
+        assert!(p.join_before_clone.is_empty());
+    }
+
+    #[test]
+    fn pid_namespace_path_is_joined_before_clone() {
+        let p = plan(&[ns(LinuxNamespaceType::Pid, Some("/proc/1/ns/pid"))]).expect("supported");
+        assert_eq!(p.join_before_clone.len(), 1);
+        assert!(p.clone_flags.is_empty());
+    }
+
+    #[test]
+    fn user_namespaces_are_refused() {
+        assert!(matches!(plan(&[ns(LinuxNamespaceType::User, None)]), Err(Error::Unsupported(_))));
+    }
+}

@@ -1,0 +1,206 @@
+//! Seccomp: the OCI `linux.seccomp` profile compiled with libseccomp and loaded into the init
+//! just before exec, and the default profile (a Docker-like deny-list).
+
+use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
+use oci_spec::runtime::{
+    Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompBuilder, LinuxSeccompOperator, LinuxSyscallBuilder,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("seccomp action {0} is not supported")]
+    Action(String),
+    #[error("failed to {op} seccomp filter")]
+    Filter {
+        op: &'static str,
+        #[source]
+        source: libseccomp::error::SeccompError,
+    },
+    #[error("failed to add seccomp rule for {name}")]
+    Rule {
+        name: String,
+        #[source]
+        source: libseccomp::error::SeccompError,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Syscalls the default profile refuses with EPERM: kernel modules, kexec, reboot, clock,
+/// keyrings, bpf, perf, namespaces, mounts, swap, accounting and other host-wide knobs.
+pub const DEFAULT_DENIED: &[&str] = &[
+    "acct",
+    "add_key",
+    "bpf",
+    "clock_adjtime",
+    "clock_settime",
+    "create_module",
+    "delete_module",
+    "finit_module",
+    "fsconfig",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "get_kernel_syms",
+    "get_mempolicy",
+    "init_module",
+    "ioperm",
+    "iopl",
+    "kcmp",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mbind",
+    "mount",
+    "mount_setattr",
+    "move_mount",
+    "move_pages",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_by_handle_at",
+    "open_tree",
+    "perf_event_open",
+    "pivot_root",
+    "process_vm_readv",
+    "process_vm_writev",
+    "query_module",
+    "quotactl",
+    "reboot",
+    "request_key",
+    "set_mempolicy",
+    "setns",
+    "settimeofday",
+    "stime",
+    "swapoff",
+    "swapon",
+    "sysfs",
+    "syslog",
+    "umount",
+    "umount2",
+    "unshare",
+    "uselib",
+    "userfaultfd",
+    "ustat",
+    "vm86",
+    "vm86old",
+];
+
+/// The default profile: allow everything except [`DEFAULT_DENIED`] (EPERM).
+pub fn default_profile() -> LinuxSeccomp {
+    let rule = LinuxSyscallBuilder::default()
+        .names(DEFAULT_DENIED.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .action(LinuxSeccompAction::ScmpActErrno)
+        .errno_ret(libc::EPERM as u32)
+        .build()
+        .expect("static syscall rule is valid");
+    LinuxSeccompBuilder::default()
+        .default_action(LinuxSeccompAction::ScmpActAllow)
+        .syscalls(vec![rule])
+        .build()
+        .expect("static seccomp profile is valid")
+}
+
+fn action(action: LinuxSeccompAction, errno: Option<u32>) -> Result<ScmpAction> {
+    Ok(match action {
+        LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => ScmpAction::KillThread,
+        LinuxSeccompAction::ScmpActKillProcess => ScmpAction::KillProcess,
+        LinuxSeccompAction::ScmpActTrap => ScmpAction::Trap,
+        LinuxSeccompAction::ScmpActErrno => ScmpAction::Errno(errno.unwrap_or(libc::EPERM as u32) as i32),
+        LinuxSeccompAction::ScmpActTrace => ScmpAction::Trace(errno.unwrap_or(libc::EPERM as u32) as u16),
+        LinuxSeccompAction::ScmpActLog => ScmpAction::Log,
+        LinuxSeccompAction::ScmpActAllow => ScmpAction::Allow,
+        other => return Err(Error::Action(other.to_string())),
+    })
+}
+
+fn arch(arch: Arch) -> Option<ScmpArch> {
+    Some(match arch {
+        Arch::ScmpArchX86 => ScmpArch::X86,
+        Arch::ScmpArchX86_64 => ScmpArch::X8664,
+        Arch::ScmpArchX32 => ScmpArch::X32,
+        Arch::ScmpArchArm => ScmpArch::Arm,
+        Arch::ScmpArchAarch64 => ScmpArch::Aarch64,
+        _ => return None,
+    })
+}
+
+fn compare(op: LinuxSeccompOperator, value_two: Option<u64>) -> ScmpCompareOp {
+    match op {
+        LinuxSeccompOperator::ScmpCmpNe => ScmpCompareOp::NotEqual,
+        LinuxSeccompOperator::ScmpCmpLt => ScmpCompareOp::Less,
+        LinuxSeccompOperator::ScmpCmpLe => ScmpCompareOp::LessOrEqual,
+        LinuxSeccompOperator::ScmpCmpEq => ScmpCompareOp::Equal,
+        LinuxSeccompOperator::ScmpCmpGe => ScmpCompareOp::GreaterEqual,
+        LinuxSeccompOperator::ScmpCmpGt => ScmpCompareOp::Greater,
+        LinuxSeccompOperator::ScmpCmpMaskedEq => ScmpCompareOp::MaskedEqual(value_two.unwrap_or(0)),
+    }
+}
+
+/// Compiles the profile. Syscall names unknown on this architecture are skipped, as runc does.
+pub fn compile(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
+    let default = action(profile.default_action(), profile.default_errno_ret())?;
+    let mut ctx = ScmpFilterContext::new(default).map_err(|source| Error::Filter { op: "create", source })?;
+    for a in profile.architectures().iter().flatten().filter_map(|a| arch(*a)) {
+        if a != ScmpArch::native() {
+            ctx.add_arch(a).map_err(|source| Error::Filter { op: "add architecture to", source })?;
+        }
+    }
+    // no_new_privs is set by the process module according to the spec, not implicitly here.
+    ctx.set_ctl_nnp(false).map_err(|source| Error::Filter { op: "configure", source })?;
+    for rule in profile.syscalls().iter().flatten() {
+        let act = action(rule.action(), rule.errno_ret())?;
+        if act == default {
+            continue;
+        }
+        let conditions: Vec<ScmpArgCompare> = rule
+            .args()
+            .iter()
+            .flatten()
+            .map(|a| ScmpArgCompare::new(a.index() as u32, compare(a.op(), a.value_two()), a.value()))
+            .collect();
+        for name in rule.names() {
+            let Ok(syscall) = ScmpSyscall::from_name(name) else { continue };
+            let added = if conditions.is_empty() {
+                ctx.add_rule(act, syscall)
+            } else {
+                ctx.add_rule_conditional(act, syscall, &conditions)
+            };
+            added.map_err(|source| Error::Rule { name: name.clone(), source })?;
+        }
+    }
+    Ok(ctx)
+}
+
+/// Loads a compiled filter into the calling process (inherited across exec).
+pub fn load(ctx: &ScmpFilterContext) -> Result<()> {
+    ctx.load().map_err(|source| Error::Filter { op: "load", source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_profile_compiles_and_skips_unknown_names() {
+        let mut profile = default_profile();
+        let mut rules = profile.syscalls().clone().unwrap_or_default();
+        rules.push(
+            LinuxSyscallBuilder::default()
+                .names(vec!["no_such_syscall".to_string()])
+                .action(LinuxSeccompAction::ScmpActErrno)
+                .build()
+                .expect("valid rule"),
+        );
+        profile.set_syscalls(Some(rules));
+        compile(&profile).expect("compiles");
+    }
+
+    #[test]
+    fn notify_action_is_refused_with_its_name() {
+        let mut profile = default_profile();
+        profile.set_default_action(LinuxSeccompAction::ScmpActNotify);
+        let err = compile(&profile).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("SCMP_ACT_NOTIFY"), "{err}");
+    }
+}

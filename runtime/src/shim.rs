@@ -1,0 +1,373 @@
+//! The per-container shim: a freshly exec'd, single-threaded helper (`kaji-runtime shim`) that
+//! detaches from its caller, creates the container (clone + init for the native backend,
+//! `runc create` for the runc backend), stays its parent (or subreaper), pumps stdout/stderr into
+//! a CRI-format log, and records the exit status. It outlives the process that created it.
+//!
+//! Why a re-exec'd helper: the agent is multi-threaded (tokio); a fork of it may inherit locks
+//! held by other threads. The shim starts from a clean exec with one thread, so clone() is safe.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::cgroups::{self, Cgroup};
+use crate::logs::{LineWriter, Stream};
+use crate::state::{self, Dir, Exit, Record};
+use crate::sys::{self, Forked};
+use crate::{init, namespaces, rootfs, spec};
+
+/// Arguments of the hidden `shim` subcommand.
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub root: PathBuf,
+    pub id: String,
+    pub bundle: PathBuf,
+    pub log: Option<PathBuf>,
+    /// Drive this OCI runtime binary instead of the native backend.
+    pub runc: Option<PathBuf>,
+    pub runc_root: Option<PathBuf>,
+}
+
+/// A launched container the shim now monitors.
+struct Launched {
+    pid: Pid,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    cgroups_path: Option<PathBuf>,
+}
+
+type Failure = String;
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Entry point of `kaji-runtime shim`. Prints one line on stdout — `ok <pid>` or `error: <why>` —
+/// then keeps running detached until the container exits.
+pub fn main(args: Args) -> i32 {
+    match sys::fork() {
+        Err(e) => {
+            println!("error: failed to fork shim: {e}");
+            return 1;
+        }
+        Ok(Forked::Parent(_)) => return 0,
+        Ok(Forked::Child) => {}
+    }
+    let _ = nix::unistd::setsid();
+    let dir = match Dir::new(&args.root, &args.id) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("error: {}", chain(&e));
+            return 1;
+        }
+    };
+    let launched = if args.runc.is_some() { launch_runc(&args, &dir) } else { launch_native(&args, &dir) };
+    let mut out = std::io::stdout();
+    let launched = match launched {
+        Ok(l) => l,
+        Err(msg) => {
+            let _ = writeln!(out, "error: {msg}");
+            let _ = out.flush();
+            return 1;
+        }
+    };
+    let _ = writeln!(out, "ok {}", launched.pid);
+    let _ = out.flush();
+    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
+        }
+    }
+    let exit = monitor(&args, launched);
+    match state::write_json(&dir.exit(), &exit) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// (read end, write end) of a log pipe.
+type Pipe = (OwnedFd, OwnedFd);
+
+fn log_pipes(args: &Args) -> Result<(Option<Pipe>, Option<Pipe>), Failure> {
+    if args.log.is_none() {
+        return Ok((None, None));
+    }
+    let p = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create log pipe: {e}"));
+    Ok((Some(p()?), Some(p()?)))
+}
+
+fn null_fd() -> Result<OwnedFd, Failure> {
+    File::options()
+        .write(true)
+        .open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|e| format!("failed to open /dev/null: {e}"))
+}
+
+fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
+    let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
+    spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
+    let linux = spec.linux().as_ref().ok_or("spec has no linux section")?;
+    let plan = namespaces::plan(linux.namespaces().as_deref().unwrap_or_default()).map_err(|e| chain(&e))?;
+    if !plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWNS) {
+        return Err("the native backend needs a new mount namespace (namespace type mount without path)".into());
+    }
+    nix::unistd::mkfifo(&dir.fifo(), nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| format!("failed to create {}: {e}", dir.fifo().display()))?;
+    let start = File::options()
+        .read(true)
+        .write(true)
+        .open(dir.fifo())
+        .map_err(|e| format!("failed to open start fifo: {e}"))?;
+    File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
+    let rootfs_dir = spec::rootfs_path(&spec, &args.bundle).map_err(|e| chain(&e))?;
+    let lower = spec::lowerdirs(&spec);
+    if lower.is_some() {
+        for d in [dir.rootfs(), dir.upper(), dir.work()] {
+            std::fs::create_dir_all(&d).map_err(|e| format!("failed to create {}: {e}", d.display()))?;
+        }
+    }
+    let (out_pipe, err_pipe) = log_pipes(args)?;
+    let (go_r, go_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
+    let (rep_r, rep_w) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
+    namespaces::join(&plan.join_before_clone).map_err(|e| chain(&e))?;
+
+    let (upper, work, target) = (dir.upper(), dir.work(), dir.rootfs());
+    match sys::clone_process(plan.clone_flags).map_err(|e| format!("failed to clone container init: {e}"))? {
+        Forked::Child => {
+            drop((go_w, rep_r));
+            let mut go = File::from(go_r);
+            let mut rep = File::from(rep_w);
+            let mut b = [0u8; 1];
+            if go.read_exact(&mut b).is_err() {
+                std::process::exit(1);
+            }
+            let fd = |p: Option<(OwnedFd, OwnedFd)>| match p {
+                Some((_r, w)) => Ok(w),
+                None => null_fd(),
+            };
+            let (stdout, stderr) = match (fd(out_pipe), fd(err_pipe)) {
+                (Ok(o), Ok(e)) => (o, e),
+                (Err(m), _) | (_, Err(m)) => {
+                    let _ = writeln!(rep, "error: {m}");
+                    std::process::exit(1);
+                }
+            };
+            let source = match &lower {
+                Some(l) => rootfs::Source::Overlay { lower: l, upper: &upper, work: &work, target: &target },
+                None => rootfs::Source::Dir(&rootfs_dir),
+            };
+            let ctx = init::Context { spec: &spec, rootfs: source, plan: &plan, stdout, stderr, start };
+            let mut rep2 = rep.try_clone().ok();
+            let err = init::run(ctx, move || match rep2.as_mut() {
+                Some(r) => r.write_all(b"ready\n"),
+                None => Ok(()),
+            });
+            let _ = writeln!(rep, "error: {}", chain(&err));
+            std::process::exit(1);
+        }
+        Forked::Parent(pid) => {
+            drop((go_r, rep_w, start));
+            let stdout = out_pipe.map(|(r, _w)| r);
+            let stderr = err_pipe.map(|(r, _w)| r);
+            let cgroups_path = linux.cgroups_path().clone();
+            let fail = |msg: String| -> Failure {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                if let Some(p) = &cgroups_path {
+                    if let Ok(cg) = Cgroup::new(p) {
+                        let _ = cg.remove();
+                    }
+                }
+                msg
+            };
+            if let Some(p) = &cgroups_path {
+                let default = Default::default();
+                let resources = linux.resources().as_ref().unwrap_or(&default);
+                if let Err(e) = Cgroup::new(p).and_then(|cg| cg.add_and_apply(pid, resources)) {
+                    return Err(fail(chain(&e)));
+                }
+            }
+            let mut go = File::from(go_w);
+            if go.write_all(b"g").is_err() {
+                return Err(fail("container init exited before setup".into()));
+            }
+            let mut line = String::new();
+            let _ = BufReader::new(File::from(rep_r)).read_line(&mut line);
+            match line.trim_end() {
+                "ready" => {}
+                "" => return Err(fail("container init exited during setup".into())),
+                other => return Err(fail(other.strip_prefix("error: ").unwrap_or(other).to_string())),
+            }
+            write_record(args, dir, pid, cgroups_path.clone(), "native", &spec)?;
+            Ok(Launched { pid, stdout, stderr, cgroups_path })
+        }
+    }
+}
+
+fn write_record(
+    args: &Args,
+    dir: &Dir,
+    pid: Pid,
+    cgroups_path: Option<PathBuf>,
+    backend: &str,
+    spec: &oci_spec::runtime::Spec,
+) -> Result<(), Failure> {
+    let record = Record {
+        id: args.id.clone(),
+        pid: pid.as_raw(),
+        shim_pid: nix::unistd::getpid().as_raw(),
+        bundle: args.bundle.clone(),
+        created: jiff::Timestamp::now().to_string(),
+        cgroups_path,
+        log_path: args.log.clone(),
+        backend: backend.to_string(),
+        annotations: spec.annotations().clone().unwrap_or_default(),
+    };
+    state::write_json(&dir.record(), &record).map_err(|e| chain(&e))
+}
+
+fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
+    let binary = args.runc.as_deref().ok_or("no runc binary")?;
+    let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
+    spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
+    if spec::lowerdirs(&spec).is_some() {
+        return Err(format!("annotation {} is not supported by the runc backend yet", spec::ANNOTATION_LOWERDIRS));
+    }
+    File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
+    sys::set_child_subreaper().map_err(|e| format!("failed to become subreaper: {e}"))?;
+    let (out_pipe, err_pipe) = log_pipes(args)?;
+    let stdio = |p: &Option<(OwnedFd, OwnedFd)>| -> Result<Stdio, Failure> {
+        match p {
+            Some((_, w)) => w.try_clone().map(Stdio::from).map_err(|e| format!("failed to dup log pipe: {e}")),
+            None => Ok(Stdio::null()),
+        }
+    };
+    let log = dir.path.join("runc.log");
+    let pid_file = dir.path.join("init.pid");
+    let mut cmd = Command::new(binary);
+    if let Some(r) = &args.runc_root {
+        cmd.arg("--root").arg(r);
+    }
+    cmd.arg("--log").arg(&log).args(["--log-format", "json", "create", "--bundle"]).arg(&args.bundle);
+    cmd.arg("--pid-file").arg(&pid_file).arg(&args.id);
+    cmd.stdin(Stdio::null()).stdout(stdio(&out_pipe)?).stderr(stdio(&err_pipe)?);
+    let status = cmd.status().map_err(|e| format!("failed to run {}: {e}", binary.display()))?;
+    let stdout = out_pipe.map(|(r, _w)| r);
+    let stderr = err_pipe.map(|(r, _w)| r);
+    if !status.success() {
+        return Err(runc_error(&log).unwrap_or_else(|| format!("{} create failed: {status}", binary.display())));
+    }
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| format!("{} create wrote no pid file", binary.display()))?;
+    let cgroups_path = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone());
+    write_record(args, dir, Pid::from_raw(pid), cgroups_path.clone(), "runc", &spec)?;
+    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path })
+}
+
+/// The last error message in a runc JSON log.
+pub fn runc_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["level"] == "error")
+        .and_then(|v| v["msg"].as_str().map(str::to_string))
+}
+
+struct Pump {
+    fd: OwnedFd,
+    writer: LineWriter,
+    open: bool,
+}
+
+impl Pump {
+    /// Reads once; returns false at end of stream (or a read error).
+    fn read(&mut self, log: &mut Option<File>) -> bool {
+        let mut buf = [0u8; 65536];
+        match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&self.fd), &mut buf) {
+            Ok(0) | Err(_) => {
+                self.open = false;
+                if let (Some(rec), Some(f)) = (self.writer.finish(), log.as_mut()) {
+                    let _ = self.writer.write_records(f, &[rec]);
+                }
+                false
+            }
+            Ok(n) => {
+                let recs = self.writer.push(&buf[..n]);
+                if let Some(f) = log.as_mut() {
+                    let _ = self.writer.write_records(f, &recs);
+                }
+                true
+            }
+        }
+    }
+}
+
+fn monitor(args: &Args, l: Launched) -> Exit {
+    let mut log = args.log.as_ref().and_then(|p| File::options().create(true).append(true).open(p).ok());
+    let mut pumps: Vec<Pump> = [(l.stdout, Stream::Stdout), (l.stderr, Stream::Stderr)]
+        .into_iter()
+        .filter_map(|(fd, s)| fd.map(|fd| Pump { fd, writer: LineWriter::new(s), open: true }))
+        .collect();
+    let pidfd = sys::pidfd_open(l.pid).ok();
+    loop {
+        let mut fds: Vec<PollFd<'_>> = Vec::new();
+        if let Some(p) = &pidfd {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        for p in pumps.iter().filter(|p| p.open) {
+            fds.push(PollFd::new(p.fd.as_fd(), PollFlags::POLLIN));
+        }
+        if fds.is_empty() || nix::poll::poll(&mut fds, PollTimeout::NONE).is_err() {
+            break;
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        drop(fds);
+        let offset = usize::from(pidfd.is_some());
+        let exited = pidfd.is_some() && ready[0];
+        for (i, p) in (offset..).zip(pumps.iter_mut().filter(|p| p.open)) {
+            if ready[i] {
+                p.read(&mut log);
+            }
+        }
+        if exited {
+            break;
+        }
+    }
+    let status = waitpid(l.pid, None);
+    // Reap anything else reparented to us (runc mode) without blocking.
+    while let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+        waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG))
+    {}
+    for p in pumps.iter_mut().filter(|p| p.open) {
+        let _ =
+            nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&p.fd), nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+        while p.read(&mut log) {}
+    }
+    let (code, signal) = match status {
+        Ok(WaitStatus::Exited(_, c)) => (c, None),
+        Ok(WaitStatus::Signaled(_, s, _)) => (128 + s as i32, Some(s as i32)),
+        _ => (255, None),
+    };
+    let oom_killed = l.cgroups_path.as_deref().is_some_and(|p| cgroups::oom_kills(p) > 0);
+    Exit { code, signal, oom_killed }
+}

@@ -1,0 +1,207 @@
+//! On-disk container state under the runtime root: `<root>/<id>/state.json` (OCI state plus what
+//! the runtime needs to re-attach), `exit.json` written by the shim, and the start fifo.
+//! Everything a new owner process needs is here, so an agent restart loses nothing.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("container {0} does not exist")]
+    NotFound(String),
+    #[error("container {0} already exists")]
+    Exists(String),
+    #[error("invalid container id {0:?}")]
+    InvalidId(String),
+    #[error("failed to {op} {path}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("corrupt state file {path}")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// OCI container status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Creating,
+    Created,
+    Running,
+    Stopped,
+}
+
+/// What is persisted about a container once it is created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub id: String,
+    pub pid: i32,
+    pub shim_pid: i32,
+    pub bundle: PathBuf,
+    pub created: String,
+    pub cgroups_path: Option<PathBuf>,
+    pub log_path: Option<PathBuf>,
+    pub backend: String,
+    #[serde(default)]
+    pub annotations: HashMap<String, String>,
+}
+
+/// How the container's process ended, written once by the shim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exit {
+    /// Shell convention: the exit code, or 128 + signal number.
+    pub code: i32,
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+}
+
+/// The state JSON as `runc state` prints it, plus exit information when stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    pub oci_version: String,
+    pub id: String,
+    pub status: Status,
+    pub pid: i32,
+    pub bundle: PathBuf,
+    pub created: String,
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub annotations: HashMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+}
+
+/// The directory layout of one container.
+#[derive(Debug, Clone)]
+pub struct Dir {
+    pub path: PathBuf,
+}
+
+impl Dir {
+    pub fn new(root: &Path, id: &str) -> Result<Self> {
+        if id.is_empty()
+            || id.len() > 128
+            || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || id.starts_with('.')
+        {
+            return Err(Error::InvalidId(id.to_string()));
+        }
+        Ok(Dir { path: root.join(id) })
+    }
+    pub fn record(&self) -> PathBuf {
+        self.path.join("state.json")
+    }
+    pub fn exit(&self) -> PathBuf {
+        self.path.join("exit.json")
+    }
+    pub fn fifo(&self) -> PathBuf {
+        self.path.join("exec.fifo")
+    }
+    /// Present from create until start: distinguishes created from running.
+    pub fn created_marker(&self) -> PathBuf {
+        self.path.join("created")
+    }
+    pub fn rootfs(&self) -> PathBuf {
+        self.path.join("rootfs")
+    }
+    pub fn upper(&self) -> PathBuf {
+        self.path.join("upper")
+    }
+    pub fn work(&self) -> PathBuf {
+        self.path.join("work")
+    }
+
+    /// Claims the id: fails if a container with this id exists.
+    pub fn create(&self) -> Result<()> {
+        if let Some(parent) = self.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+                op: "create",
+                path: parent.into(),
+                source,
+            })?;
+        }
+        match std::fs::create_dir(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(Error::Exists(self.path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()))
+            }
+            Err(source) => Err(Error::Io { op: "create", path: self.path.clone(), source }),
+        }
+    }
+
+    pub fn exists(&self) -> bool {
+        self.path.is_dir()
+    }
+
+    pub fn remove(&self) -> Result<()> {
+        match std::fs::remove_dir_all(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::Io { op: "remove", path: self.path.clone(), source }),
+        }
+    }
+}
+
+/// Writes JSON atomically (temp file + rename) so readers never see half a file.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let bytes = serde_json::to_vec(value).map_err(|source| Error::Corrupt { path: path.into(), source })?;
+    std::fs::write(&tmp, bytes).map_err(|source| Error::Io { op: "write", path: tmp.clone(), source })?;
+    std::fs::rename(&tmp, path).map_err(|source| Error::Io { op: "rename", path: path.into(), source })
+}
+
+/// Reads JSON; `Ok(None)` if the file does not exist.
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map(Some).map_err(|source| Error::Corrupt { path: path.into(), source })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Io { op: "read", path: path.into(), source }),
+    }
+}
+
+/// Pure: the OCI status from what is on disk and whether the init is alive.
+pub fn status(exit: Option<&Exit>, alive: bool, created_marker: bool) -> Status {
+    match (exit, alive, created_marker) {
+        (Some(_), _, _) | (None, false, _) => Status::Stopped,
+        (None, true, true) => Status::Created,
+        (None, true, false) => Status::Running,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_follows_exit_liveness_and_start_marker() {
+        let exit = Exit { code: 0, signal: None, oom_killed: false };
+        assert_eq!(status(Some(&exit), true, false), Status::Stopped);
+        assert_eq!(status(None, false, true), Status::Stopped);
+        assert_eq!(status(None, true, true), Status::Created);
+        assert_eq!(status(None, true, false), Status::Running);
+    }
+
+    #[test]
+    fn ids_that_could_escape_the_root_are_refused() {
+        let root = Path::new("/run/kaji");
+        assert!(Dir::new(root, "web-1_a.b").is_ok());
+        for bad in ["", "../x", "a/b", ".hidden", "a b"] {
+            assert!(matches!(Dir::new(root, bad), Err(Error::InvalidId(_))), "{bad}");
+        }
+    }
+}
