@@ -1,0 +1,183 @@
+//! Leader election through a coordination.k8s.io/v1 Lease, as client-go's leaderelection does:
+//! one holder renews the lease; others take it over once it has not been renewed for its duration.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct LeaderElection {
+    pub lease_name: String,
+    pub namespace: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl LeaderElection {
+    /// kube-scheduler's defaults: lease `kube-scheduler` in `kube-system`, 15 s / 10 s / 2 s.
+    pub fn new(identity: String) -> Self {
+        Self {
+            lease_name: "kube-scheduler".into(),
+            namespace: "kube-system".into(),
+            identity,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// No lease yet: create it.
+    Create,
+    /// We hold it: renew.
+    Renew,
+    /// Free or expired: take it over.
+    TakeOver,
+    /// Someone else holds a live lease.
+    Wait,
+}
+
+/// What to do with the lease as it stands at `now`.
+pub fn decide(lease: Option<&Lease>, me: &str, now: jiff::Timestamp) -> Decision {
+    let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else { return Decision::Create };
+    match spec.holder_identity.as_deref() {
+        Some(h) if h == me => return Decision::Renew,
+        None | Some("") => return Decision::TakeOver,
+        Some(_) => {}
+    }
+    let renewed = spec.renew_time.or(spec.acquire_time).map(|t| t.0.as_millisecond()).unwrap_or(0);
+    let duration_ms = i64::from(spec.lease_duration_seconds.unwrap_or(0)) * 1000;
+    if renewed + duration_ms < now.as_millisecond() {
+        Decision::TakeOver
+    } else {
+        Decision::Wait
+    }
+}
+
+/// One attempt to acquire or renew; `Ok(true)` if we hold the lease afterwards.
+pub async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaderElection) -> Result<bool, kube::Error> {
+    let now = jiff::Timestamp::now();
+    let current = api.get_opt(&cfg.lease_name).await?;
+    let decision = decide(current.as_ref(), &cfg.identity, now);
+    let old = current.as_ref().and_then(|l| l.spec.clone()).unwrap_or_default();
+    let mut spec = LeaseSpec {
+        holder_identity: Some(cfg.identity.clone()),
+        lease_duration_seconds: Some(i32::try_from(cfg.lease_duration.as_secs()).unwrap_or(i32::MAX)),
+        renew_time: Some(MicroTime(now)),
+        acquire_time: Some(MicroTime(now)),
+        lease_transitions: old.lease_transitions,
+        ..LeaseSpec::default()
+    };
+    let result = match (decision, current) {
+        (Decision::Wait, _) => return Ok(false),
+        (Decision::Create, _) => {
+            spec.lease_transitions = Some(0);
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(cfg.lease_name.clone()), ..ObjectMeta::default() },
+                spec: Some(spec),
+            };
+            api.create(&PostParams::default(), &lease).await
+        }
+        (d, Some(mut lease)) => {
+            if d == Decision::Renew {
+                spec.acquire_time = old.acquire_time;
+            } else {
+                spec.lease_transitions = Some(old.lease_transitions.unwrap_or(0) + 1);
+            }
+            lease.spec = Some(spec);
+            // resourceVersion is kept, so a concurrent writer makes this a 409 Conflict.
+            api.replace(&cfg.lease_name, &PostParams::default(), &lease).await
+        }
+        (_, None) => return Ok(false),
+    };
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until we hold the lease.
+pub async fn acquire(api: &Api<Lease>, cfg: &LeaderElection) {
+    loop {
+        match try_acquire_or_renew(api, cfg).await {
+            Ok(true) => {
+                tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "acquired the lease");
+                return;
+            }
+            Ok(false) => tracing::debug!(lease = %cfg.lease_name, "lease held by another scheduler"),
+            Err(e) => tracing::warn!(lease = %cfg.lease_name, error = %e, "cannot acquire the lease"),
+        }
+        tokio::time::sleep(cfg.retry_period).await;
+    }
+}
+
+/// Renews the lease every retry period; returns when it could not be renewed within the renew deadline.
+pub async fn hold(api: &Api<Lease>, cfg: &LeaderElection) {
+    loop {
+        tokio::time::sleep(cfg.retry_period).await;
+        let deadline = tokio::time::Instant::now() + cfg.renew_deadline;
+        loop {
+            match tokio::time::timeout_at(deadline, try_acquire_or_renew(api, cfg)).await {
+                Ok(Ok(true)) => break,
+                Ok(Ok(false)) => return,
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew the lease; retrying"),
+                Err(_) => return,
+            }
+            if tokio::time::timeout_at(deadline, tokio::time::sleep(cfg.retry_period)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Gives the lease up (on shutdown) so another scheduler need not wait for it to expire.
+pub async fn release(api: &Api<Lease>, cfg: &LeaderElection) {
+    let Ok(Some(mut lease)) = api.get_opt(&cfg.lease_name).await else { return };
+    let Some(spec) = lease.spec.as_mut() else { return };
+    if spec.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
+        return;
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    if let Err(e) = api.replace(&cfg.lease_name, &PostParams::default(), &lease).await {
+        tracing::warn!(error = %e, "cannot release the lease");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, renewed: &str, secs: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(String::from),
+                renew_time: Some(MicroTime(renewed.parse().expect("time"))),
+                lease_duration_seconds: Some(secs),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let now: jiff::Timestamp = "2025-01-01T00:00:20Z".parse().expect("time");
+        let cases = [
+            ("no lease", None, Decision::Create),
+            ("ours", Some(lease(Some("me"), "2025-01-01T00:00:00Z", 15)), Decision::Renew),
+            ("theirs, fresh", Some(lease(Some("other"), "2025-01-01T00:00:10Z", 15)), Decision::Wait),
+            ("theirs, expired", Some(lease(Some("other"), "2025-01-01T00:00:04Z", 15)), Decision::TakeOver),
+            ("released", Some(lease(None, "2025-01-01T00:00:19Z", 1)), Decision::TakeOver),
+        ];
+        for (name, l, want) in cases {
+            assert_eq!(decide(l.as_ref(), "me", now), want, "{name}");
+        }
+    }
+}
