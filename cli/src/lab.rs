@@ -1,7 +1,7 @@
 //! `kaji lab up|status|down`: start the control plane on this machine with the embedded store,
 //! write a kubeconfig, and apply a demo workload.
 //!
-//! Today the lab runs the apiserver only; nodes, scheduler and controllers join it as their
+//! Today the lab runs the apiserver and the scheduler; nodes and controllers join it as their
 //! issues land (see README).
 
 use anyhow::{bail, Context, Result};
@@ -76,20 +76,51 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
     Ok(p)
 }
 
-fn pid_file(dir: &Path) -> PathBuf {
-    dir.join("apiserver.pid")
+/// The lab's processes, in start order.
+const COMPONENTS: &[&str] = &["apiserver", "scheduler"];
+
+fn pid_file(dir: &Path, component: &str) -> PathBuf {
+    dir.join(format!("{component}.pid"))
 }
 
-fn read_pid(dir: &Path) -> Option<i32> {
-    std::fs::read_to_string(pid_file(dir)).ok()?.trim().parse().ok()
+fn read_pid(dir: &Path, component: &str) -> Option<i32> {
+    std::fs::read_to_string(pid_file(dir, component)).ok()?.trim().parse().ok()
 }
 
-/// Whether `pid` is alive and is a kaji-apiserver (a stale pid file must never make us signal
+/// Whether `pid` is alive and is `kaji-<component>` (a stale pid file must never make us signal
 /// some other process that reused the number).
-fn alive(pid: i32) -> bool {
+fn alive(pid: i32, component: &str) -> bool {
+    let want = format!("kaji-{component}");
     std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map(|exe| exe.file_name().is_some_and(|n| n.to_string_lossy().starts_with("kaji-apiserver")))
+        .map(|exe| exe.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&want)))
         .unwrap_or(false)
+}
+
+/// Start `kaji-<component>` in the background with its log in the lab dir; returns its pid.
+fn spawn(dir: &Path, component: &str, args: &[String]) -> Result<i32> {
+    let bin = sibling_binary(&format!("kaji-{component}"))?;
+    let log = std::fs::File::create(dir.join(format!("{component}.log")))?;
+    let child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot start kaji-{component}"))?;
+    let pid = child.id() as i32;
+    std::fs::write(pid_file(dir, component), pid.to_string())?;
+    Ok(pid)
+}
+
+fn stop(pid: i32, component: &str) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while alive(pid, component) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if alive(pid, component) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
 }
 
 fn kubeconfig(server: &str) -> String {
@@ -115,44 +146,36 @@ async fn wait_ready(client: &kube::Client) -> Result<()> {
 }
 
 async fn up(dir: &Path, port: u16, demo: bool) -> Result<()> {
-    if let Some(pid) = read_pid(dir).filter(|p| alive(*p)) {
-        bail!("a lab is already running from {} (apiserver pid {pid}); run `kaji lab down` first", dir.display());
+    for c in COMPONENTS {
+        if let Some(pid) = read_pid(dir, c).filter(|p| alive(*p, c)) {
+            bail!("a lab is already running from {} (kaji-{c} pid {pid}); run `kaji lab down` first", dir.display());
+        }
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let server = format!("http://127.0.0.1:{port}");
-    let pid = step("starting kaji-apiserver (embedded store)", async {
-        let bin = sibling_binary("kaji-apiserver")?;
-        let log = std::fs::File::create(dir.join("apiserver.log"))?;
-        let child = Command::new(bin)
-            .args(["--bind-address", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
-            .arg(dir.join("apiserver-data"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("cannot start kaji-apiserver")?;
-        let pid = child.id() as i32;
-        std::fs::write(pid_file(dir), pid.to_string())?;
-        Ok(pid)
-    })
-    .await?;
+    let data = dir.join("apiserver-data").to_string_lossy().to_string();
+    let args: Vec<String> =
+        ["--bind-address", "127.0.0.1", "--port", &port.to_string(), "--data-dir", &data].map(String::from).to_vec();
+    let pid = step("starting kaji-apiserver (embedded store)", async { spawn(dir, "apiserver", &args) }).await?;
     let c = client(&server).await?;
     if let Err(e) = step("waiting for the API", wait_ready(&c)).await {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        stop(pid, "apiserver");
         return Err(e.context(format!("see {}", dir.join("apiserver.log").display())));
     }
     let kc = dir.join("kubeconfig");
     step("writing kubeconfig", async { std::fs::write(&kc, kubeconfig(&server)).context("cannot write kubeconfig") })
         .await?;
+    let sargs: Vec<String> = ["--master", &server, "--bind-address", "127.0.0.1"].map(String::from).to_vec();
+    step("starting kaji-scheduler", async { spawn(dir, "scheduler", &sargs) }).await?;
     if demo {
         step("applying the demo workload (namespace demo: deployment + service hello)", apply_demo(&c)).await?;
     }
-    println!("\nkaji lab is up: apiserver {server} (pid {pid}), data in {}", dir.display());
+    println!("\nkaji lab is up: apiserver {server} (pid {pid}) and scheduler, data in {}", dir.display());
     println!("  export KUBECONFIG={}", kc.display());
     println!("  kubectl get all -n demo");
     println!("  kaji lab down            # stop it (add --purge to delete its data)");
-    println!("\nNote: this lab runs the apiserver only so far — the scheduler, controllers and nodes");
-    println!("join as they are built, so the demo Deployment is stored and served but no pods run yet.");
+    println!("\nNote: this lab runs the apiserver and the scheduler so far — controllers and nodes join");
+    println!("as they are built, so the demo Deployment is stored and served but no pods run yet.");
     Ok(())
 }
 
@@ -186,48 +209,42 @@ where
 }
 
 async fn status(dir: &Path) -> Result<()> {
-    match read_pid(dir) {
-        Some(pid) if alive(pid) => {
-            let port = std::fs::read_to_string(dir.join("kubeconfig"))
-                .ok()
-                .and_then(|k| k.lines().find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string)))
-                .unwrap_or_default();
-            let ready = match client(&port).await {
-                Ok(c) => c.apiserver_version().await.is_ok(),
-                Err(_) => false,
-            };
-            println!("apiserver: running (pid {pid}), {}", if ready { "ready" } else { "not answering" });
-            println!("kubeconfig: {}", dir.join("kubeconfig").display());
-            Ok(())
-        }
-        _ => {
-            println!("no lab running from {}", dir.display());
-            Ok(())
+    let mut any = false;
+    for c in COMPONENTS {
+        match read_pid(dir, c) {
+            Some(pid) if alive(pid, c) => {
+                any = true;
+                println!("kaji-{c}: running (pid {pid})");
+            }
+            _ => println!("kaji-{c}: not running"),
         }
     }
+    if any {
+        let server = std::fs::read_to_string(dir.join("kubeconfig"))
+            .ok()
+            .and_then(|k| k.lines().find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string)))
+            .unwrap_or_default();
+        let ready = match client(&server).await {
+            Ok(c) => c.apiserver_version().await.is_ok(),
+            Err(_) => false,
+        };
+        println!("API {server}: {}", if ready { "ready" } else { "not answering" });
+        println!("kubeconfig: {}", dir.join("kubeconfig").display());
+    }
+    Ok(())
 }
 
 fn down(dir: &Path, purge: bool) -> Result<()> {
-    if let Some(pid) = read_pid(dir) {
-        if alive(pid) {
-            eprint!("stopping kaji-apiserver (pid {pid}) ... ");
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM)
-                .context("cannot signal the apiserver")?;
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while alive(pid) && Instant::now() < deadline {
-                // Reap it if it is our child (it is not, after `up` returned): just poll.
-                std::thread::sleep(Duration::from_millis(50));
+    // Stop in reverse start order: clients before the apiserver.
+    for c in COMPONENTS.iter().rev() {
+        if let Some(pid) = read_pid(dir, c) {
+            if alive(pid, c) {
+                eprint!("stopping kaji-{c} (pid {pid}) ... ");
+                stop(pid, c);
+                eprintln!("{}", if alive(pid, c) { "still running" } else { "done" });
             }
-            if alive(pid) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-                eprintln!("killed after 15s");
-            } else {
-                eprintln!("done");
-            }
+            let _ = std::fs::remove_file(pid_file(dir, c));
         }
-        let _ = std::fs::remove_file(pid_file(dir));
-    } else {
-        eprintln!("no lab running from {}", dir.display());
     }
     if purge && dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
