@@ -33,11 +33,18 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
     let in_pod_spec = matches!(parents, ["spec"] if kind == "Pod") || parents.ends_with(&["template", "spec"]);
     let in_container = parents.len() >= 2
         && matches!(parents[parents.len() - 1], "containers" | "initContainers" | "ephemeralContainers")
-        && (matches!(&parents[..parents.len() - 1], ["spec"] if kind == "Pod") || parents[..parents.len() - 1].ends_with(&["template", "spec"]));
+        && (matches!(&parents[..parents.len() - 1], ["spec"] if kind == "Pod")
+            || parents[..parents.len() - 1].ends_with(&["template", "spec"]));
     match *field {
         "finalizers" if parent == "metadata" => MergePrimitives,
         "ownerReferences" if parent == "metadata" => MergeByKey("uid"),
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "imagePullSecrets" | "schedulingGates" | "resourceClaims"
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "imagePullSecrets"
+        | "schedulingGates"
+        | "resourceClaims"
             if in_pod_spec =>
         {
             MergeByKey("name")
@@ -133,7 +140,12 @@ fn merge_map<'a>(
     Ok(Some(out))
 }
 
-fn merge_list<'a>(kind: &str, orig: &[Value], patch: &'a [Value], path: &mut Vec<&'a str>) -> Result<Vec<Value>, PatchError> {
+fn merge_list<'a>(
+    kind: &str,
+    orig: &[Value],
+    patch: &'a [Value],
+    path: &mut Vec<&'a str>,
+) -> Result<Vec<Value>, PatchError> {
     // A list-level `{"$patch": "replace"}` element replaces the whole list.
     if patch.iter().any(|e| e.get("$patch").and_then(Value::as_str) == Some("replace")) {
         return Ok(patch.iter().filter(|e| e.get("$patch").is_none()).map(strip_value).collect());
@@ -181,7 +193,9 @@ fn merge_list<'a>(kind: &str, orig: &[Value], patch: &'a [Value], path: &mut Vec
 fn reorder(list: &mut [Value], order: &[Value], strategy: ListStrategy) {
     let rank = |v: &Value| -> usize {
         let found = match strategy {
-            ListStrategy::MergeByKey(key) => order.iter().position(|o| o.get(key).is_some() && o.get(key) == v.get(key)),
+            ListStrategy::MergeByKey(key) => {
+                order.iter().position(|o| o.get(key).is_some() && o.get(key) == v.get(key))
+            }
             _ => order.iter().position(|o| o == v),
         };
         found.unwrap_or(usize::MAX)
@@ -238,7 +252,8 @@ mod tests {
 
     #[test]
     fn lists_without_a_merge_key_are_replaced() {
-        let out = apply("Pod", &pod(), &json!({"spec": {"tolerations": [{"key": "y", "operator": "Exists"}]}})).expect("applies");
+        let out = apply("Pod", &pod(), &json!({"spec": {"tolerations": [{"key": "y", "operator": "Exists"}]}}))
+            .expect("applies");
         assert_eq!(out["spec"]["tolerations"], json!([{"key": "y", "operator": "Exists"}]));
     }
 
@@ -246,7 +261,8 @@ mod tests {
     fn null_removes_a_field_and_replace_directive_replaces_a_map() {
         let out = apply("Pod", &pod(), &json!({"metadata": {"labels": {"app": null}}})).expect("applies");
         assert_eq!(out["metadata"]["labels"], json!({}));
-        let out = apply("Pod", &pod(), &json!({"metadata": {"labels": {"$patch": "replace", "only": "this"}}})).expect("applies");
+        let out = apply("Pod", &pod(), &json!({"metadata": {"labels": {"$patch": "replace", "only": "this"}}}))
+            .expect("applies");
         assert_eq!(out["metadata"]["labels"], json!({"only": "this"}));
     }
 
@@ -254,7 +270,8 @@ mod tests {
     fn finalizers_merge_as_a_set_and_can_be_deleted_from() {
         let out = apply("Pod", &pod(), &json!({"metadata": {"finalizers": ["b", "a"]}})).expect("applies");
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
-        let out = apply("Pod", &pod(), &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}})).expect("applies");
+        let out = apply("Pod", &pod(), &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}))
+            .expect("applies");
         assert_eq!(out["metadata"]["finalizers"], json!([]));
     }
 
@@ -266,23 +283,31 @@ mod tests {
                                     "template": {"spec": {"containers": [{"name": "b", "image": "z"}]}}}});
         let out = apply("Deployment", &d, &patch).expect("applies");
         assert_eq!(out["spec"]["strategy"], json!({"type": "Recreate"}));
-        assert_eq!(out["spec"]["template"]["spec"]["containers"], json!([{"name": "a", "image": "x"}, {"name": "b", "image": "z"}]));
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"],
+            json!([{"name": "a", "image": "x"}, {"name": "b", "image": "z"}])
+        );
     }
 
     #[test]
     fn service_ports_merge_by_port_and_conditions_by_type() {
         let s = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
-        let out = apply("Service", &s, &json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}})).expect("applies");
+        let out =
+            apply("Service", &s, &json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}})).expect("applies");
         assert_eq!(out["spec"]["ports"], json!([{"port": 80, "targetPort": 9090}, {"port": 443}]));
         let n = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "DiskPressure", "status": "False"}]}});
-        let out = apply("Node", &n, &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})).expect("applies");
+        let out = apply("Node", &n, &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+            .expect("applies");
         assert_eq!(out["status"]["conditions"][0], json!({"type": "Ready", "status": "True"}));
         assert_eq!(out["status"]["conditions"].as_array().map(Vec::len), Some(2));
     }
 
     #[test]
     fn bad_directives_are_errors() {
-        assert!(matches!(apply("Pod", &pod(), &json!({"metadata": {"$patch": "explode"}})), Err(PatchError::BadDirective(..))));
+        assert!(matches!(
+            apply("Pod", &pod(), &json!({"metadata": {"$patch": "explode"}})),
+            Err(PatchError::BadDirective(..))
+        ));
         assert!(matches!(apply("Pod", &pod(), &json!([1])), Err(PatchError::NotAnObject)));
     }
 }

@@ -242,14 +242,25 @@ fn kubectl_apply_updates_a_changed_manifest_with_a_strategic_merge_patch() {
     let d: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"])).expect("json");
     let c = &d["spec"]["template"]["spec"]["containers"];
     assert_eq!(c[0]["image"], "nginx:1.26");
-    assert_eq!(c[0]["env"], serde_json::json!([{"name": "B", "value": "2"}, {"name": "C", "value": "3"}]), "A removed, C added");
+    assert_eq!(
+        c[0]["env"],
+        serde_json::json!([{"name": "B", "value": "2"}, {"name": "C", "value": "3"}]),
+        "A removed, C added"
+    );
     assert_eq!(c[1]["name"], "side");
     assert_eq!(d["metadata"]["labels"]["tier"], "frontend");
     assert_eq!(d["metadata"]["generation"], 2);
-    let last = d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str().expect("annotation kept");
+    let last = d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+        .as_str()
+        .expect("annotation kept");
     assert!(last.ends_with('\n') && last.contains("nginx:1.26"));
     k.ok(&["set", "image", "deployment/web", "side=busybox:1.36"]);
-    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[1].image}"]), "busybox:1.36");
+    assert_eq!(
+        k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[1].image}"]),
+        "busybox:1.36"
+    );
     k.ok(&["rollout", "restart", "deployment/web"]);
-    assert!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.metadata.annotations}"]).contains("kubectl.kubernetes.io/restartedAt"));
+    assert!(k
+        .ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.metadata.annotations}"])
+        .contains("kubectl.kubernetes.io/restartedAt"));
 }
