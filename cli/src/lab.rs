@@ -1,8 +1,8 @@
 //! `kaji lab up|status|down`: start the control plane on this machine with the embedded store,
 //! write a kubeconfig, and apply a demo workload.
 //!
-//! Today the lab runs the apiserver and the scheduler; nodes and controllers join it as their
-//! issues land (see README).
+//! Today the lab runs the apiserver, the controller manager and the scheduler; nodes join it
+//! when the agent lands (see README).
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
@@ -77,7 +77,7 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
 }
 
 /// The lab's processes, in start order.
-const COMPONENTS: &[&str] = &["apiserver", "scheduler"];
+const COMPONENTS: &[&str] = &["apiserver", "controller-manager", "scheduler"];
 
 fn pid_file(dir: &Path, component: &str) -> PathBuf {
     dir.join(format!("{component}.pid"))
@@ -165,17 +165,27 @@ async fn up(dir: &Path, port: u16, demo: bool) -> Result<()> {
     let kc = dir.join("kubeconfig");
     step("writing kubeconfig", async { std::fs::write(&kc, kubeconfig(&server)).context("cannot write kubeconfig") })
         .await?;
-    let sargs: Vec<String> = ["--master", &server, "--bind-address", "127.0.0.1"].map(String::from).to_vec();
-    step("starting kaji-scheduler", async { spawn(dir, "scheduler", &sargs) }).await?;
+    // /healthz and /metrics of the others sit on the next ports up.
+    for (i, c) in ["controller-manager", "scheduler"].iter().enumerate() {
+        let metrics_port = port.saturating_add(1 + i as u16).to_string();
+        let args: Vec<String> = ["--master", &server, "--bind-address", "127.0.0.1", "--metrics-port", &metrics_port]
+            .map(String::from)
+            .to_vec();
+        step(&format!("starting kaji-{c} (metrics on 127.0.0.1:{metrics_port})"), async { spawn(dir, c, &args) })
+            .await?;
+    }
     if demo {
         step("applying the demo workload (namespace demo: deployment + service hello)", apply_demo(&c)).await?;
     }
-    println!("\nkaji lab is up: apiserver {server} (pid {pid}) and scheduler, data in {}", dir.display());
+    println!(
+        "\nkaji lab is up: apiserver {server} (pid {pid}), controller manager and scheduler; data in {}",
+        dir.display()
+    );
     println!("  export KUBECONFIG={}", kc.display());
     println!("  kubectl get all -n demo");
     println!("  kaji lab down            # stop it (add --purge to delete its data)");
-    println!("\nNote: this lab runs the apiserver and the scheduler so far — controllers and nodes join");
-    println!("as they are built, so the demo Deployment is stored and served but no pods run yet.");
+    println!("\nNote: this lab has no nodes yet (the node agent is not built), so the demo Deployment's");
+    println!("ReplicaSet and pods are created but stay Pending: `kubectl describe pod -n demo` says why.");
     Ok(())
 }
 

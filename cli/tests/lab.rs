@@ -36,7 +36,8 @@ fn lab_up_serves_the_demo_workload_and_down_stops_everything() {
     let progress = String::from_utf8_lossy(&up.stderr);
     assert!(up.status.success(), "lab up failed: {progress}");
     assert!(progress.contains("starting kaji-apiserver (embedded store) ... done"), "{progress}");
-    assert!(progress.contains("starting kaji-scheduler ... done"), "{progress}");
+    assert!(progress.contains("starting kaji-scheduler (metrics on"), "{progress}");
+    assert!(progress.contains("starting kaji-controller-manager (metrics on"), "{progress}");
 
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
@@ -49,9 +50,42 @@ fn lab_up_serves_the_demo_workload_and_down_stops_everything() {
     let names = String::from_utf8_lossy(&out.stdout);
     assert!(names.contains("deployment.apps/hello") && names.contains("service/hello"), "{names}");
 
+    // The controllers turn the demo Deployment into a ReplicaSet and two pods; with no nodes the
+    // scheduler reports them unschedulable.
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .arg("--cache-dir")
+            .arg(tmp.path().join("cache"))
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let pods = kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[0].reason}{\"\\n\"}{end}",
+        ]);
+        if pods.lines().filter(|l| *l == "Unschedulable").count() == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "demo pods not created and reported unschedulable: {pods:?}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    assert!(kubectl(&["get", "rs", "-n", "demo", "-o", "name"]).contains("replicaset.apps/hello-"));
+
     let status = String::from_utf8_lossy(&kaji(&["lab", "status", "--dir", &d]).stdout).to_string();
-    assert!(status.contains("kaji-apiserver: running") && status.contains("kaji-scheduler: running"), "{status}");
-    let pids = [pid(&dir, "apiserver"), pid(&dir, "scheduler")];
+    for c in ["apiserver", "controller-manager", "scheduler"] {
+        assert!(status.contains(&format!("kaji-{c}: running")), "{status}");
+    }
+    let pids = [pid(&dir, "apiserver"), pid(&dir, "controller-manager"), pid(&dir, "scheduler")];
 
     let again = kaji(&["lab", "up", "--dir", &d, "--port", &port]);
     assert!(!again.status.success(), "a second lab on the same dir is refused");

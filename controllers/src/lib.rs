@@ -1,1 +1,170 @@
-//! kaji-controllers: not built yet — the issue for this component lays it down.
+//! kaji-controllers: the controller manager — the ReplicaSet and Deployment
+//! loops on `kube::runtime::Controller`, over shared caches, behind an optional Lease.
+
+pub mod deployment;
+pub mod events;
+pub mod expectations;
+pub mod http;
+pub mod informer;
+pub use kaji_leader as leader;
+pub mod meta;
+pub mod metrics;
+pub mod replicaset;
+pub mod shared;
+
+use crate::informer::Informer;
+use crate::leader::LeaderElection;
+use crate::metrics::Metrics;
+use crate::shared::Shared;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("lost the leader lease {0}")]
+    LostLease(String),
+    #[error("a cache stopped before it synced")]
+    CacheSync,
+    #[error("controller manager task failed")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    pub leader_election: Option<LeaderElection>,
+    /// Where to serve /healthz and /metrics (port 0 picks one); `None` serves nothing.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A running controller manager.
+pub struct Handle {
+    /// The bound /healthz and /metrics address, if serving.
+    pub metrics_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl Handle {
+    /// A sender that stops the manager when it sends `true`.
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+
+    /// Runs until stopped (or the lease is lost).
+    pub async fn wait(self) -> Result<()> {
+        self.task.await.map_err(Error::Join)?
+    }
+
+    /// Stops the controllers (reconciles in flight finish) and releases the lease.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.wait().await
+    }
+}
+
+/// Starts the manager: metrics server, leader election (if configured), caches, controllers.
+pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
+    let metrics = Arc::new(Metrics::default());
+    let (stop, stop_rx) = watch::channel(false);
+    let metrics_addr = match config.metrics_addr {
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
+            let bound = listener.local_addr().map_err(|source| Error::Listen { addr, source })?;
+            tokio::spawn(http::serve(listener, metrics.clone(), stop_rx.clone()));
+            Some(bound)
+        }
+        None => None,
+    };
+    let task = tokio::spawn(run(client, config, metrics, stop_rx));
+    Ok(Handle { metrics_addr, stop, task })
+}
+
+async fn run(
+    client: kube::Client,
+    config: Config,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let lease = config.leader_election.as_ref().map(|le| (Api::<Lease>::namespaced(client.clone(), &le.namespace), le));
+    if let Some((api, le)) = &lease {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+            _ = leader::acquire(api, le) => {}
+        }
+    }
+    let controllers = controllers(client, metrics, stop.clone());
+    match &lease {
+        None => controllers.await,
+        Some((api, le)) => {
+            tokio::select! {
+                r = controllers => {
+                    leader::release(api, le).await;
+                    r
+                }
+                _ = leader::hold(api, le) => {
+                    tracing::error!(lease = %le.lease_name, "lost the lease; stopping");
+                    Err(Error::LostLease(le.lease_name.clone()))
+                }
+            }
+        }
+    }
+}
+
+/// Starts the caches, waits for them to sync, then runs every controller until `stop`.
+async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::Receiver<bool>) -> Result<()> {
+    let shared = || Shared::new(client.clone(), metrics.clone());
+    let mut pods = Informer::<Pod>::new(Api::all(client.clone()));
+    let mut sets = Informer::<ReplicaSet>::new(Api::all(client.clone()));
+
+    let rs_ctx = Arc::new(replicaset::Ctx {
+        shared: shared(),
+        pods: pods.store(),
+        sets: sets.store(),
+        expectations: Default::default(),
+    });
+    let rs_triggers = (sets.subscribe(), pods.subscribe());
+    let mut deployments = Informer::<Deployment>::new(Api::all(client.clone()));
+    let d_ctx = Arc::new(deployment::Ctx { shared: shared(), sets: sets.store(), deployments: deployments.store() });
+    let d_triggers = (deployments.subscribe(), sets.subscribe());
+
+    let stores_ready = {
+        let (p, s, d) = (pods.store(), sets.store(), deployments.store());
+        async move {
+            p.wait_until_ready().await.is_ok()
+                && s.wait_until_ready().await.is_ok()
+                && d.wait_until_ready().await.is_ok()
+        }
+    };
+    pods.spawn(stop.clone());
+    sets.spawn(stop.clone());
+    deployments.spawn(stop.clone());
+    let mut stop_wait = stop.clone();
+    tokio::select! {
+        _ = stop_wait.wait_for(|s| *s) => return Ok(()),
+        ok = stores_ready => if !ok { return Err(Error::CacheSync) },
+    }
+    tracing::info!("caches synced; starting controllers");
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    tokio::join!(
+        replicaset::run(rs_ctx, rs_triggers.0, rs_triggers.1, stopped(stop.clone())),
+        deployment::run(d_ctx, d_triggers.0, d_triggers.1, stopped(stop.clone())),
+    );
+    Ok(())
+}

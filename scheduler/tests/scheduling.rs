@@ -258,7 +258,7 @@ async fn with_leader_election_only_the_lease_holder_schedules_and_a_standby_take
             lease_duration: Duration::from_secs(3),
             renew_deadline: Duration::from_secs(2),
             retry_period: Duration::from_millis(200),
-            ..LeaderElection::new(id.to_string())
+            ..LeaderElection::new("kube-scheduler", id.to_string())
         }),
         ..kaji_scheduler::Config::default()
     };

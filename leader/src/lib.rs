@@ -17,10 +17,11 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// kube-scheduler's defaults: lease `kube-scheduler` in `kube-system`, 15 s / 10 s / 2 s.
-    pub fn new(identity: String) -> Self {
+    /// client-go's defaults: lease `lease_name` (e.g. `kube-scheduler`) in `kube-system`,
+    /// 15 s / 10 s / 2 s.
+    pub fn new(lease_name: &str, identity: String) -> Self {
         Self {
-            lease_name: "kube-scheduler".into(),
+            lease_name: lease_name.into(),
             namespace: "kube-system".into(),
             identity,
             lease_duration: Duration::from_secs(15),
@@ -110,7 +111,7 @@ pub async fn acquire(api: &Api<Lease>, cfg: &LeaderElection) {
                 tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "acquired the lease");
                 return;
             }
-            Ok(false) => tracing::debug!(lease = %cfg.lease_name, "lease held by another scheduler"),
+            Ok(false) => tracing::debug!(lease = %cfg.lease_name, "lease held by another instance"),
             Err(e) => tracing::warn!(lease = %cfg.lease_name, error = %e, "cannot acquire the lease"),
         }
         tokio::time::sleep(cfg.retry_period).await;
@@ -136,7 +137,7 @@ pub async fn hold(api: &Api<Lease>, cfg: &LeaderElection) {
     }
 }
 
-/// Gives the lease up (on shutdown) so another scheduler need not wait for it to expire.
+/// Gives the lease up (on shutdown) so another instance need not wait for it to expire.
 pub async fn release(api: &Api<Lease>, cfg: &LeaderElection) {
     let Ok(Some(mut lease)) = api.get_opt(&cfg.lease_name).await else { return };
     let Some(spec) = lease.spec.as_mut() else { return };

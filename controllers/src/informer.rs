@@ -1,0 +1,94 @@
+//! Shared caches: one watch per kind fills a reflector store, then hands each changed object to
+//! the controllers that subscribed — so a trigger always arrives after the store holds the change.
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use tokio::sync::{mpsc, watch};
+
+type Sender<K> = mpsc::UnboundedSender<K>;
+
+/// A watch on one kind, its store, and the subscribers it fans changes out to.
+pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
+    api: Api<K>,
+    store: Store<K>,
+    writer: reflector::store::Writer<K>,
+    changed: Vec<Sender<K>>,
+    deleted: Vec<Sender<K>>,
+}
+
+impl<K> Informer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    pub fn new(api: Api<K>) -> Self {
+        let (store, writer) = reflector::store();
+        Self { api, store, writer, changed: Vec::new(), deleted: Vec::new() }
+    }
+
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Every object added, changed or deleted (and all objects at each (re)list), as
+    /// `kube::runtime::Controller` trigger streams expect them.
+    pub fn subscribe(&mut self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.changed.push(tx);
+        receiver_stream(rx).map(Ok)
+    }
+
+    /// Only objects that were deleted.
+    pub fn subscribe_deleted(&mut self) -> impl Stream<Item = K> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.deleted.push(tx);
+        receiver_stream(rx)
+    }
+
+    /// Runs the watch until `stop`; watch errors are retried with back-off.
+    pub fn spawn(self, mut stop: watch::Receiver<bool>) {
+        let Self { api, store: _, mut writer, changed, deleted } = self;
+        let kind = K::kind(&()).to_string();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+            loop {
+                let event = tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    e = events.next() => e,
+                };
+                let event = match event {
+                    None => return,
+                    Some(Ok(event)) => event,
+                    Some(Err(e)) => {
+                        tracing::warn!(kind = %kind, error = %e, "watch failed; retrying");
+                        continue;
+                    }
+                };
+                writer.apply_watcher_event(&event);
+                match &event {
+                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => send(&changed, obj),
+                    watcher::Event::Delete(obj) => {
+                        send(&changed, obj);
+                        send(&deleted, obj);
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+            }
+        });
+    }
+}
+
+fn send<K: Clone>(subscribers: &[Sender<K>], obj: &K) {
+    for s in subscribers {
+        let _ = s.send(obj.clone());
+    }
+}
+
+fn receiver_stream<K: Send + 'static>(rx: mpsc::UnboundedReceiver<K>) -> impl Stream<Item = K> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|k| (k, rx)) })
+}

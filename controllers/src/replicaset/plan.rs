@@ -1,0 +1,222 @@
+//! The ReplicaSet decisions, pure: how many pods to create, which to delete (Kubernetes' order),
+//! the slow-start batches, and the status the pods add up to.
+
+use crate::meta::{pod_is_available, pod_is_ready, pod_ready_since};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use std::cmp::Reverse;
+
+/// Kubernetes' burstReplicas: at most this many creates or deletes per sync.
+pub const BURST: usize = 500;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub create: usize,
+    pub delete: Vec<PodRef>,
+}
+
+/// What to do so that `rs` has `spec.replicas` of its active `pods` (those it owns).
+pub fn plan(rs: &ReplicaSet, pods: &[&Pod]) -> Plan {
+    let want = usize::try_from(rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)).unwrap_or(0);
+    let have = pods.len();
+    if have < want {
+        return Plan { create: (want - have).min(BURST), delete: Vec::new() };
+    }
+    let mut ranked = pods.to_vec();
+    ranked.sort_by_key(|p| deletion_rank(p));
+    let delete = ranked
+        .into_iter()
+        .take((have - want).min(BURST))
+        .map(|p| PodRef {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+        })
+        .collect();
+    Plan { create: 0, delete }
+}
+
+type Rank = (bool, u8, bool, i64, Reverse<i64>, Reverse<i32>, Reverse<i64>);
+
+/// Smaller = deleted first: unassigned, then pending < unknown < running, not ready, lower
+/// pod-deletion-cost, ready for less time, more restarts, newer.
+fn deletion_rank(pod: &Pod) -> Rank {
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let assigned = spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let phase = match status.and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => 0,
+        Some("Running") => 2,
+        Some(_) => 1,
+    };
+    let cost = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+        .and_then(|c| c.parse::<i64>().ok())
+        .unwrap_or(0);
+    let ready_since = match pod_ready_since(pod) {
+        Some(Some(t)) => t.as_millisecond(),
+        _ => i64::MAX,
+    };
+    let restarts = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+        .unwrap_or(0);
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(i64::MAX);
+    (assigned, phase, pod_is_ready(pod), cost, Reverse(ready_since), Reverse(restarts), Reverse(created))
+}
+
+/// Slow start: batches of 1, 2, 4, ... adding up to `n`. A failure in one batch skips the rest.
+pub fn slow_start_batches(n: usize) -> Vec<usize> {
+    let mut batches = Vec::new();
+    let (mut left, mut size) = (n, 1);
+    while left > 0 {
+        let b = size.min(left);
+        batches.push(b);
+        left -= b;
+        size *= 2;
+    }
+    batches
+}
+
+/// The status `pods` (active and owned) add up to; conditions are kept as they were.
+pub fn status(rs: &ReplicaSet, pods: &[&Pod], now: jiff::Timestamp) -> ReplicaSetStatus {
+    let spec = rs.spec.as_ref();
+    let min_ready = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
+    let template_labels = spec.and_then(|s| s.template.as_ref()).and_then(|t| t.metadata.as_ref()?.labels.clone());
+    let fully_labeled = pods
+        .iter()
+        .filter(|p| {
+            let labels = p.metadata.labels.as_ref();
+            template_labels.iter().flatten().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        })
+        .count();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    ReplicaSetStatus {
+        replicas: count(pods.len()),
+        fully_labeled_replicas: Some(count(fully_labeled)),
+        ready_replicas: Some(count(pods.iter().filter(|p| pod_is_ready(p)).count())),
+        available_replicas: Some(count(pods.iter().filter(|p| pod_is_available(p, min_ready, now)).count())),
+        observed_generation: rs.metadata.generation,
+        conditions: rs.status.as_ref().and_then(|s| s.conditions.clone()),
+        terminating_replicas: rs.status.as_ref().and_then(|s| s.terminating_replicas),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::ReplicaSetSpec;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn rs(replicas: i32) -> ReplicaSet {
+        ReplicaSet {
+            spec: Some(ReplicaSetSpec { replicas: Some(replicas), ..ReplicaSetSpec::default() }),
+            ..ReplicaSet::default()
+        }
+    }
+
+    /// A pod: name, created at second `created`, node, phase, ready since second `ready`, restarts.
+    fn pod(name: &str, created: i64, node: Option<&str>, phase: &str, ready: Option<i64>, restarts: i32) -> Pod {
+        let at = |s: i64| Time(jiff::Timestamp::from_second(1_700_000_000 + s).expect("time"));
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                creation_timestamp: Some(at(created)),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec { node_name: node.map(String::from), ..PodSpec::default() }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: ready.map(|s| {
+                    vec![PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(at(s)),
+                        ..PodCondition::default()
+                    }]
+                }),
+                container_statuses: Some(vec![ContainerStatus {
+                    restart_count: restarts,
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn names(plan: &Plan) -> Vec<&str> {
+        plan.delete.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn creates_what_is_missing_capped_at_the_burst() {
+        let p = pod("a", 0, None, "Pending", None, 0);
+        assert_eq!(plan(&rs(3), &[&p]), Plan { create: 2, delete: vec![] });
+        assert_eq!(plan(&rs(1), &[&p]), Plan::default());
+        assert_eq!(plan(&rs(2000), &[]).create, BURST);
+        assert_eq!(plan(&ReplicaSet::default(), &[]).create, 1, "replicas defaults to 1");
+    }
+
+    #[test]
+    fn scales_down_in_kubernetes_order() {
+        let running_old = pod("running-old", 0, Some("n1"), "Running", Some(10), 0);
+        let running_new = pod("running-new", 50, Some("n1"), "Running", Some(60), 0);
+        let running_restarts = pod("running-restarts", 0, Some("n1"), "Running", Some(10), 5);
+        let not_ready = pod("not-ready", 0, Some("n1"), "Running", None, 0);
+        let pending = pod("pending", 0, Some("n1"), "Pending", None, 0);
+        let unassigned = pod("unassigned", 0, None, "Pending", None, 0);
+        let all = [&running_old, &running_new, &running_restarts, &not_ready, &pending, &unassigned];
+        let cases = [
+            (5, vec!["unassigned"]),
+            (4, vec!["unassigned", "pending"]),
+            (3, vec!["unassigned", "pending", "not-ready"]),
+            (2, vec!["unassigned", "pending", "not-ready", "running-new"]),
+            (1, vec!["unassigned", "pending", "not-ready", "running-new", "running-restarts"]),
+        ];
+        for (replicas, want) in cases {
+            assert_eq!(names(&plan(&rs(replicas), &all)), want, "replicas={replicas}");
+        }
+    }
+
+    #[test]
+    fn newest_goes_first_among_equals() {
+        let a = pod("a", 1, Some("n"), "Running", None, 0);
+        let b = pod("b", 2, Some("n"), "Running", None, 0);
+        assert_eq!(names(&plan(&rs(1), &[&a, &b])), vec!["b"]);
+    }
+
+    #[test]
+    fn slow_start_doubles() {
+        assert_eq!(slow_start_batches(0), Vec::<usize>::new());
+        assert_eq!(slow_start_batches(1), vec![1]);
+        assert_eq!(slow_start_batches(10), vec![1, 2, 4, 3]);
+        assert_eq!(slow_start_batches(15), vec![1, 2, 4, 8]);
+    }
+
+    #[test]
+    fn status_counts_ready_and_available() {
+        let mut set = rs(3);
+        set.metadata.generation = Some(4);
+        set.spec.as_mut().expect("spec").min_ready_seconds = Some(30);
+        let now = jiff::Timestamp::from_second(1_700_000_100).expect("time");
+        let long_ready = pod("a", 0, Some("n"), "Running", Some(10), 0);
+        let just_ready = pod("b", 0, Some("n"), "Running", Some(90), 0);
+        let pending = pod("c", 0, None, "Pending", None, 0);
+        let s = status(&set, &[&long_ready, &just_ready, &pending], now);
+        assert_eq!(s.replicas, 3);
+        assert_eq!(s.ready_replicas, Some(2));
+        assert_eq!(s.available_replicas, Some(1));
+        assert_eq!(s.observed_generation, Some(4));
+        assert_eq!(s.fully_labeled_replicas, Some(3), "no template labels: every pod is fully labeled");
+    }
+}

@@ -1,0 +1,68 @@
+//! What every controller's `Ctx` carries: the client, the event recorder, metrics, and a per-object
+//! error back-off (250 ms doubling to 2 min, reset by a successful reconcile).
+
+use crate::events::Recorder;
+use crate::metrics::Metrics;
+use kube::runtime::controller::Action;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a healthy object is reconciled anyway (a periodic resync).
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+pub struct Shared {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Shared {
+    pub fn new(client: kube::Client, metrics: Arc<Metrics>) -> Self {
+        let recorder = Recorder::new(client.clone(), "kaji-controller-manager");
+        Self { client, recorder, metrics, failures: Mutex::new(HashMap::new()) }
+    }
+
+    /// Records a reconcile's outcome; a success resets the object's back-off.
+    pub fn finished<T, E>(&self, controller: &str, key: &str, started: Instant, result: &Result<T, E>) {
+        self.metrics.observe(controller, result.is_ok(), started.elapsed());
+        if result.is_ok() {
+            if let Ok(mut f) = self.failures.lock() {
+                f.remove(key);
+            }
+        }
+    }
+
+    /// The requeue after a failed reconcile of `key`.
+    pub fn backoff(&self, key: &str) -> Action {
+        let n = match self.failures.lock() {
+            Ok(mut f) => {
+                let n = f.entry(key.to_string()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        Action::requeue(backoff_delay(n))
+    }
+}
+
+/// 250 ms × 2^(n-1), at most 2 minutes.
+pub fn backoff_delay(failures: u32) -> Duration {
+    let ms = 250u64.saturating_mul(1u64 << failures.saturating_sub(1).min(20));
+    Duration::from_millis(ms.min(120_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_two_minutes() {
+        assert_eq!(backoff_delay(1), Duration::from_millis(250));
+        assert_eq!(backoff_delay(2), Duration::from_millis(500));
+        assert_eq!(backoff_delay(5), Duration::from_secs(4));
+        assert_eq!(backoff_delay(100), Duration::from_secs(120));
+    }
+}
