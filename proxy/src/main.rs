@@ -1,0 +1,142 @@
+//! kaji-proxy: parse flags, install tracing, program Service rules until SIGTERM/SIGINT.
+
+use anyhow::Context;
+use clap::Parser;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// kaji's proxy: Service load balancing with iptables (kube-proxy's iptables mode).
+#[derive(Parser, Debug)]
+#[command(name = "kaji-proxy", version)]
+struct Args {
+    /// API server URL (e.g. http://127.0.0.1:6443); overrides the kubeconfig's server.
+    #[arg(long)]
+    master: Option<String>,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// This node's name (endpoints with this nodeName are local); default: the hostname.
+    #[arg(long)]
+    hostname_override: Option<String>,
+    /// The cluster's pod CIDR: traffic to ClusterIPs from outside it is masqueraded.
+    #[arg(long)]
+    cluster_cidr: Option<String>,
+    /// Masquerade all traffic to ClusterIPs.
+    #[arg(long)]
+    masquerade_all: bool,
+    /// Minimum time between syncs (changes in between are applied together), e.g. 1s, 500ms.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    min_sync_period: Duration,
+    /// Maximum time between full rewrites of the rules, e.g. 30s, 1m.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    sync_period: Duration,
+    /// Remove every kaji-proxy chain and jump rule, then exit.
+    #[arg(long)]
+    cleanup: bool,
+    /// Address for /healthz and /metrics.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// Port for /healthz and /metrics (0 disables them).
+    #[arg(long, default_value_t = 10249)]
+    metrics_port: u16,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// "500ms", "1s", "2m", "1h" or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+async fn client(args: &Args) -> anyhow::Result<kube::Client> {
+    let mut config = match &args.kubeconfig {
+        Some(path) => {
+            let kc =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None if args.master.is_some() => kube::Config::new("http://127.0.0.1".parse()?),
+        None => kube::Config::infer().await.context("no kubeconfig or in-cluster config; pass --master")?,
+    };
+    if let Some(master) = &args.master {
+        config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
+    }
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_json {
+        tracing_subscriber::fmt().with_env_filter(filter).json().init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let iptables = kaji_proxy::iptables::Iptables::host();
+    if args.cleanup {
+        let removed = iptables.cleanup().context("cleanup")?;
+        tracing::info!(chains = removed, "removed kaji-proxy rules");
+        return Ok(());
+    }
+    let node_name = match &args.hostname_override {
+        Some(n) => n.clone(),
+        None => std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default(),
+    };
+    let config = kaji_proxy::Config {
+        node_name,
+        cluster_cidr: args.cluster_cidr.clone(),
+        masquerade_all: args.masquerade_all,
+        min_sync_period: args.min_sync_period,
+        sync_period: args.sync_period,
+        iptables,
+        metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
+    };
+    let handle = kaji_proxy::start(client(&args).await?, config).await?;
+    let stop = handle.stopper();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutting down; rules stay installed");
+        let _ = stop.send(true);
+    });
+    handle.wait().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn parses_kubernetes_style_durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("1d").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+}
