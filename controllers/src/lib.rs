@@ -6,7 +6,7 @@ pub mod events;
 pub mod expectations;
 pub mod http;
 pub mod informer;
-pub use kaji_leader as leader;
+pub use kaji_component::leader;
 pub mod meta;
 pub mod metrics;
 pub mod replicaset;

@@ -3,19 +3,14 @@
 use anyhow::Context;
 use clap::Parser;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// kaji's proxy: Service load balancing with iptables (kube-proxy's iptables mode).
 #[derive(Parser, Debug)]
 #[command(name = "kaji-proxy", version)]
 struct Args {
-    /// API server URL (e.g. http://127.0.0.1:6443); overrides the kubeconfig's server.
-    #[arg(long)]
-    master: Option<String>,
-    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    api: kaji_component::ApiArgs,
     /// This node's name (endpoints with this nodeName are local); default: the hostname.
     #[arg(long)]
     hostname_override: Option<String>,
@@ -59,31 +54,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
-async fn client(args: &Args) -> anyhow::Result<kube::Client> {
-    let mut config = match &args.kubeconfig {
-        Some(path) => {
-            let kc =
-                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None if args.master.is_some() => kube::Config::new("http://127.0.0.1".parse()?),
-        None => kube::Config::infer().await.context("no kubeconfig or in-cluster config; pass --master")?,
-    };
-    if let Some(master) = &args.master {
-        config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
-    }
-    Ok(kube::Client::try_from(config)?)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if args.log_json {
-        tracing_subscriber::fmt().with_env_filter(filter).json().init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
+    kaji_component::init_tracing(args.log_json);
     let iptables = kaji_proxy::iptables::Iptables::host();
     if args.cleanup {
         let removed = iptables.cleanup().context("cleanup")?;
@@ -103,23 +77,9 @@ async fn main() -> anyhow::Result<()> {
         iptables,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
     };
-    let handle = kaji_proxy::start(client(&args).await?, config).await?;
+    let handle = kaji_proxy::start(args.api.client().await?, config).await?;
     let stop = handle.stopper();
-    tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("shutting down; rules stay installed");
-        let _ = stop.send(true);
-    });
+    kaji_component::stop_on_signal(stop, "rules stay installed");
     handle.wait().await?;
     tracing::info!("stopped");
     Ok(())

@@ -6,7 +6,7 @@ pub mod cache;
 pub mod framework;
 pub mod http;
 pub mod labels;
-pub use kaji_leader as leader;
+pub use kaji_component::leader;
 pub mod metrics;
 pub mod nodeinfo;
 pub mod plugins;

@@ -1,0 +1,72 @@
+//! What every kaji control-plane binary shares: the API client from flags, tracing setup,
+//! SIGTERM handling, an election identity, and Lease leader election.
+
+pub mod leader;
+
+use anyhow::Context;
+use std::path::PathBuf;
+
+/// How to reach the apiserver (`--master`, `--kubeconfig`); flatten into a binary's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ApiArgs {
+    /// API server URL (e.g. http://127.0.0.1:6443); overrides the kubeconfig's server.
+    #[arg(long)]
+    pub master: Option<String>,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    /// A kube-rs client for these flags.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let mut config = match &self.kubeconfig {
+            Some(path) => {
+                let kc =
+                    kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
+            }
+            None if self.master.is_some() => kube::Config::new("http://127.0.0.1".parse()?),
+            None => kube::Config::infer().await.context("no kubeconfig or in-cluster config; pass --master")?,
+        };
+        if let Some(master) = &self.master {
+            config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
+        }
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+/// Install the tracing subscriber (`RUST_LOG`, default info; JSON lines if asked).
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if json {
+        tracing_subscriber::fmt().with_env_filter(filter).json().init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+}
+
+/// On SIGTERM or SIGINT, log `what` and send `true` on `stop`.
+pub fn stop_on_signal(stop: tokio::sync::watch::Sender<bool>, what: &'static str) {
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutting down: {what}");
+        let _ = stop.send(true);
+    });
+}
+
+/// A leader-election identity: the host name (or `component`) plus a random suffix.
+pub fn identity(component: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("{}_{:016x}", if host.is_empty() { component } else { &host }, fastrand::u64(..))
+}
