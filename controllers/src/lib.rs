@@ -1,7 +1,8 @@
-//! kaji-controllers: the controller manager — the ReplicaSet and Deployment
-//! loops on `kube::runtime::Controller`, over shared caches, behind an optional Lease.
+//! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints and
+//! EndpointSlice loops on `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod deployment;
+pub mod endpoints;
 pub mod events;
 pub mod expectations;
 pub mod http;
@@ -18,7 +19,8 @@ use crate::metrics::Metrics;
 use crate::shared::Shared;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -141,18 +143,42 @@ async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::R
     let mut deployments = Informer::<Deployment>::new(Api::all(client.clone()));
     let d_ctx = Arc::new(deployment::Ctx { shared: shared(), sets: sets.store(), deployments: deployments.store() });
     let d_triggers = (deployments.subscribe(), sets.subscribe());
+    let mut services = Informer::<Service>::new(Api::all(client.clone()));
+    let mut endpoints = Informer::<Endpoints>::new(Api::all(client.clone()));
+    let mut slices = Informer::<EndpointSlice>::new(Api::all(client.clone()));
+    let ep_ctx = Arc::new(endpoints::Ctx {
+        shared: shared(),
+        services: services.store(),
+        pods: pods.store(),
+        endpoints: endpoints.store(),
+    });
+    let ep_triggers = (services.subscribe(), pods.subscribe(), endpoints.subscribe());
+    let es_ctx = Arc::new(endpoints::slice::Ctx {
+        shared: shared(),
+        services: services.store(),
+        pods: pods.store(),
+        slices: slices.store(),
+    });
+    let es_triggers = (services.subscribe(), pods.subscribe(), slices.subscribe());
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
+        let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
                 && d.wait_until_ready().await.is_ok()
+                && svc.wait_until_ready().await.is_ok()
+                && ep.wait_until_ready().await.is_ok()
+                && es.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
     sets.spawn(stop.clone());
     deployments.spawn(stop.clone());
+    services.spawn(stop.clone());
+    endpoints.spawn(stop.clone());
+    slices.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     tokio::select! {
         _ = stop_wait.wait_for(|s| *s) => return Ok(()),
@@ -165,6 +191,8 @@ async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::R
     tokio::join!(
         replicaset::run(rs_ctx, rs_triggers.0, rs_triggers.1, stopped(stop.clone())),
         deployment::run(d_ctx, d_triggers.0, d_triggers.1, stopped(stop.clone())),
+        endpoints::run(ep_ctx, ep_triggers.0, ep_triggers.1, ep_triggers.2, stopped(stop.clone())),
+        endpoints::slice::run(es_ctx, es_triggers.0, es_triggers.1, es_triggers.2, stopped(stop.clone())),
     );
     Ok(())
 }
