@@ -151,6 +151,44 @@ pub async fn release(api: &Api<Lease>, cfg: &LeaderElection) {
     }
 }
 
+/// How work run under [`while_leading`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Led<T> {
+    /// `stop` fired before the lease was acquired.
+    Stopped,
+    /// The work finished (the lease, if any, was released).
+    Done(T),
+    /// The lease (named here) was lost while working.
+    Lost(String),
+}
+
+/// Run `work` while holding the lease of `election` (or at once without one): wait for the lease
+/// unless `stop` fires first, run, release the lease when the work ends, and abandon the work if
+/// the lease is lost. `work` is a future, so nothing in it starts before the lease is held.
+pub async fn while_leading<T>(
+    client: &kube::Client,
+    election: Option<&LeaderElection>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    work: impl std::future::Future<Output = T>,
+) -> Led<T> {
+    let Some(le) = election else { return Led::Done(work.await) };
+    let api = Api::<Lease>::namespaced(client.clone(), &le.namespace);
+    tokio::select! {
+        _ = stop.wait_for(|s| *s) => return Led::Stopped,
+        _ = acquire(&api, le) => {}
+    }
+    tokio::select! {
+        out = work => {
+            release(&api, le).await;
+            Led::Done(out)
+        }
+        _ = hold(&api, le) => {
+            tracing::error!(lease = %le.lease_name, "lost the lease; stopping");
+            Led::Lost(le.lease_name.clone())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

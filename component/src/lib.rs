@@ -36,6 +36,40 @@ impl ApiArgs {
     }
 }
 
+/// Leader-election flags (client-go's defaults); the lease name stays with each binary, whose
+/// default differs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LeaderArgs {
+    /// Take a Lease before acting, so only one of several instances acts.
+    #[arg(long)]
+    pub leader_elect: bool,
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+    /// Seconds a lease lasts without renewal.
+    #[arg(long, default_value_t = 15)]
+    pub leader_elect_lease_duration: u64,
+    /// Seconds the leader keeps trying to renew before it gives up.
+    #[arg(long, default_value_t = 10)]
+    pub leader_elect_renew_deadline: u64,
+    /// Seconds between acquire/renew attempts.
+    #[arg(long, default_value_t = 2)]
+    pub leader_elect_retry_period: u64,
+}
+
+impl LeaderArgs {
+    /// The election these flags ask for (None without `--leader-elect`), on lease `lease_name`.
+    pub fn election(&self, lease_name: &str, component: &str) -> Option<leader::LeaderElection> {
+        self.leader_elect.then(|| leader::LeaderElection {
+            lease_name: lease_name.to_string(),
+            namespace: self.leader_elect_resource_namespace.clone(),
+            identity: identity(component),
+            lease_duration: std::time::Duration::from_secs(self.leader_elect_lease_duration),
+            renew_deadline: std::time::Duration::from_secs(self.leader_elect_renew_deadline),
+            retry_period: std::time::Duration::from_secs(self.leader_elect_retry_period),
+        })
+    }
+}
+
 /// Install the tracing subscriber (`RUST_LOG`, default info; JSON lines if asked).
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());

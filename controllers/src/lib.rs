@@ -18,7 +18,6 @@ use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
@@ -102,28 +101,11 @@ async fn run(
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
-    let lease = config.leader_election.as_ref().map(|le| (Api::<Lease>::namespaced(client.clone(), &le.namespace), le));
-    if let Some((api, le)) = &lease {
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-            _ = leader::acquire(api, le) => {}
-        }
-    }
-    let controllers = controllers(client, metrics, stop.clone());
-    match &lease {
-        None => controllers.await,
-        Some((api, le)) => {
-            tokio::select! {
-                r = controllers => {
-                    leader::release(api, le).await;
-                    r
-                }
-                _ = leader::hold(api, le) => {
-                    tracing::error!(lease = %le.lease_name, "lost the lease; stopping");
-                    Err(Error::LostLease(le.lease_name.clone()))
-                }
-            }
-        }
+    let work = controllers(client.clone(), metrics, stop.clone());
+    match leader::while_leading(&client, config.leader_election.as_ref(), &mut stop, work).await {
+        leader::Led::Stopped => Ok(()),
+        leader::Led::Done(r) => r,
+        leader::Led::Lost(name) => Err(Error::LostLease(name)),
     }
 }
 

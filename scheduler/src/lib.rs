@@ -17,8 +17,6 @@ pub mod scheduler;
 use crate::leader::LeaderElection;
 use crate::plugins::ScoringStrategy;
 use crate::scheduler::Shared;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -114,34 +112,23 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
 }
 
 async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Result<()> {
-    let lease = config.leader_election.as_ref().map(|le| (Api::<Lease>::namespaced(client.clone(), &le.namespace), le));
-    if let Some((api, le)) = &lease {
+    let mut stop_rx = stop.clone();
+    let work = async {
+        let (pods, mut synced) = scheduler::start_watchers(&client, &shared, &config.scheduler_name, &stop);
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-            _ = leader::acquire(api, le) => {}
+            _ = stop.wait_for(|s| *s) => return,
+            _ = synced.wait_for(|s| *s) => {}
         }
-    }
-    let (pods, mut synced) = scheduler::start_watchers(&client, &shared, &config.scheduler_name, &stop);
-    tokio::select! {
-        _ = stop.wait_for(|s| *s) => return Ok(()),
-        _ = synced.wait_for(|s| *s) => {}
-    }
-    tracing::info!(nodes = shared.cache.lock().map(|c| c.node_count()).unwrap_or(0), "caches synced; scheduling");
-    let (recorder, writer) = binder::Recorder::new(client.clone(), pods, config.scheduler_name.clone());
-    tokio::spawn(writer);
-    let framework = plugins::default_framework(config.scoring_strategy, config.percentage_of_nodes_to_score);
-    let scheduling = scheduler::schedule_loop(client.clone(), shared, framework, recorder, &config, stop.clone());
-    match &lease {
-        None => scheduling.await,
-        Some((api, le)) => {
-            tokio::select! {
-                _ = scheduling => leader::release(api, le).await,
-                _ = leader::hold(api, le) => {
-                    tracing::error!(lease = %le.lease_name, "lost the lease; stopping");
-                    return Err(Error::LostLease(le.lease_name.clone()));
-                }
-            }
-        }
+        tracing::info!(nodes = shared.cache.lock().map(|c| c.node_count()).unwrap_or(0), "caches synced; scheduling");
+        let (recorder, writer) = binder::Recorder::new(client.clone(), pods, config.scheduler_name.clone());
+        tokio::spawn(writer);
+        let framework = plugins::default_framework(config.scoring_strategy, config.percentage_of_nodes_to_score);
+        scheduler::schedule_loop(client.clone(), shared.clone(), framework, recorder, &config, stop.clone()).await;
+    };
+    if let leader::Led::Lost(name) =
+        leader::while_leading(&client, config.leader_election.as_ref(), &mut stop_rx, work).await
+    {
+        return Err(Error::LostLease(name));
     }
     Ok(())
 }

@@ -1,10 +1,8 @@
 //! kaji-scheduler: parse flags, install tracing, run the scheduler until SIGTERM/SIGINT.
 
 use clap::Parser;
-use kaji_scheduler::leader::LeaderElection;
 use kaji_scheduler::plugins::ScoringStrategy;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 /// kaji's scheduler: places pending pods on nodes (filter, score, bind).
 #[derive(Parser, Debug)]
@@ -24,22 +22,10 @@ struct Args {
     /// Bindings in flight at once.
     #[arg(long, default_value_t = 64)]
     bind_concurrency: usize,
-    /// Take a Lease before scheduling, so only one of several schedulers acts.
-    #[arg(long)]
-    leader_elect: bool,
+    #[command(flatten)]
+    leader: kaji_component::LeaderArgs,
     #[arg(long, default_value = "kube-scheduler")]
     leader_elect_resource_name: String,
-    #[arg(long, default_value = "kube-system")]
-    leader_elect_resource_namespace: String,
-    /// Seconds a lease lasts without renewal.
-    #[arg(long, default_value_t = 15)]
-    leader_elect_lease_duration: u64,
-    /// Seconds the leader keeps trying to renew before it gives up.
-    #[arg(long, default_value_t = 10)]
-    leader_elect_renew_deadline: u64,
-    /// Seconds between acquire/renew attempts.
-    #[arg(long, default_value_t = 2)]
-    leader_elect_retry_period: u64,
     /// Address for /healthz and /metrics.
     #[arg(long, default_value = "0.0.0.0")]
     bind_address: IpAddr,
@@ -55,14 +41,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     kaji_component::init_tracing(args.log_json);
-    let leader_election = args.leader_elect.then(|| LeaderElection {
-        lease_name: args.leader_elect_resource_name.clone(),
-        namespace: args.leader_elect_resource_namespace.clone(),
-        identity: kaji_component::identity("kaji-scheduler"),
-        lease_duration: Duration::from_secs(args.leader_elect_lease_duration),
-        renew_deadline: Duration::from_secs(args.leader_elect_renew_deadline),
-        retry_period: Duration::from_secs(args.leader_elect_retry_period),
-    });
+    let leader_election = args.leader.election(&args.leader_elect_resource_name, "kaji-scheduler");
     let config = kaji_scheduler::Config {
         scheduler_name: args.scheduler_name.clone(),
         scoring_strategy: args.scoring_strategy,
