@@ -1,6 +1,7 @@
 //! What every kaji control-plane binary shares: the API client from flags, tracing setup,
 //! SIGTERM handling, an election identity, and Lease leader election.
 
+pub mod events;
 pub mod leader;
 
 use anyhow::Context;

@@ -3,7 +3,7 @@
 
 pub mod deployment;
 pub mod endpoints;
-pub mod events;
+pub use kaji_component::events;
 pub mod expectations;
 pub mod http;
 pub mod informer;

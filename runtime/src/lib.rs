@@ -12,7 +12,7 @@ pub mod seccomp;
 pub mod shim;
 pub mod spec;
 pub mod state;
-mod sys;
+pub mod sys;
 
 pub use container::{ContainerRuntime, CreateOptions, Native, Runc};
 pub use state::{Exit, State, Status};
