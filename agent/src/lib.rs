@@ -1,1 +1,193 @@
-//! kaji-agent: not built yet — the issue for this component lays it down.
+//! kaji-agent: the node's kubelet. It registers the Node and keeps its Lease and conditions fresh,
+//! runs one worker per pod bound here (sandbox, volumes, images, containers, restarts, status),
+//! and serves logs, stats and health on its port.
+
+pub mod cgroup;
+pub mod env;
+pub mod http;
+pub mod logs;
+pub mod metrics;
+pub mod node;
+pub mod pods;
+pub mod runtime;
+pub mod sandbox;
+pub mod spec;
+pub mod volumes;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to prepare {path}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Image(#[from] kaji_image::Error),
+    #[error(transparent)]
+    Node(#[from] node::Error),
+    #[error(transparent)]
+    Runtime(#[from] runtime::Error),
+    #[error("agent task failed")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which container runtime backend runs the containers.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    Native,
+    /// An OCI runtime binary with runc's command line.
+    Runc(PathBuf),
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node_name: String,
+    /// The node's InternalIP (reported in the Node and as the pods' hostIP).
+    pub node_ip: IpAddr,
+    /// Everything the agent keeps: images, container state, pod directories, logs.
+    pub root_dir: PathBuf,
+    /// Pod cgroups go under `<cgroup_parent>/kubepods/...` in every hierarchy.
+    pub cgroup_parent: String,
+    pub backend: Backend,
+    /// The binary re-executed as each container's shim (`<it> shim ...`).
+    pub shim_binary: PathBuf,
+    /// Where /healthz, /metrics, /pods, /containerLogs and /stats/summary are served (port 0 picks one).
+    pub server_addr: Option<SocketAddr>,
+    /// Subtracted from the measured capacity to give allocatable.
+    pub reserved: node::Reserved,
+    pub max_pods: u32,
+    pub insecure_registries: Vec<String>,
+    /// Copied into pods as /etc/resolv.conf unless `cluster_dns` is set.
+    pub resolv_conf: PathBuf,
+    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_domain: String,
+    /// Seconds between Lease renewals.
+    pub lease_renew_interval: std::time::Duration,
+    /// Seconds between unconditional node status updates.
+    pub node_status_report_frequency: std::time::Duration,
+    /// Labels added to the Node at registration (`key=value`).
+    pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Image GC thresholds (disk usage percent of the filesystem holding `root_dir`).
+    pub image_gc_high_percent: u8,
+    pub image_gc_low_percent: u8,
+}
+
+impl Config {
+    /// Defaults for everything but the node's identity and directories.
+    pub fn new(node_name: impl Into<String>, node_ip: IpAddr, root_dir: impl Into<PathBuf>) -> Self {
+        Config {
+            node_name: node_name.into(),
+            node_ip,
+            root_dir: root_dir.into(),
+            cgroup_parent: "kaji".into(),
+            backend: Backend::Native,
+            shim_binary: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("kaji-agent")),
+            server_addr: None,
+            reserved: node::Reserved::default(),
+            max_pods: 110,
+            insecure_registries: Vec::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
+            lease_renew_interval: std::time::Duration::from_secs(10),
+            node_status_report_frequency: std::time::Duration::from_secs(60),
+            node_labels: Default::default(),
+            image_gc_high_percent: 85,
+            image_gc_low_percent: 80,
+        }
+    }
+
+    pub fn images_dir(&self) -> PathBuf {
+        self.root_dir.join("images")
+    }
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root_dir.join("runtime")
+    }
+    pub fn containers_dir(&self) -> PathBuf {
+        self.root_dir.join("containers")
+    }
+    pub fn pods_dir(&self) -> PathBuf {
+        self.root_dir.join("pods")
+    }
+}
+
+/// A running agent.
+pub struct Handle {
+    /// The bound server address, if serving.
+    pub server_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl Handle {
+    /// A sender that stops the agent when it sends `true`.
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+
+    /// Runs until stopped.
+    pub async fn wait(self) -> Result<()> {
+        self.task.await.map_err(Error::Join)?
+    }
+
+    /// Stops the agent. Containers keep running: a restarted agent re-adopts them.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.wait().await
+    }
+}
+
+/// Starts the agent: directories, image store, runtime, server, node registration, pod workers.
+pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
+    for dir in [config.root_dir.clone(), config.containers_dir(), config.pods_dir(), config.runtime_dir()] {
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Dir { path: dir.clone(), source })?;
+    }
+    let images = kaji_image::Store::open(
+        config.images_dir(),
+        kaji_image::StoreOptions { insecure_registries: config.insecure_registries.clone(), ..Default::default() },
+    )?;
+    let runtime = runtime::Runtime::new(&config)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let (stop, stop_rx) = watch::channel(false);
+    let config = Arc::new(config);
+    let manager = pods::Manager::new(client.clone(), config.clone(), images, runtime, metrics.clone());
+    let server_addr = match config.server_addr {
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
+            let bound = listener.local_addr().map_err(|source| Error::Listen { addr, source })?;
+            tokio::spawn(http::serve(listener, manager.clone(), stop_rx.clone()));
+            Some(bound)
+        }
+        None => None,
+    };
+    let mut node_config = (*config).clone();
+    if let Some(addr) = server_addr {
+        node_config.server_addr = Some(addr);
+    }
+    let node = node::Node::new(client.clone(), Arc::new(node_config));
+    node.register().await?;
+    let task = tokio::spawn(async move {
+        let heartbeat = tokio::spawn(node.run(stop_rx.clone()));
+        manager.run(stop_rx).await;
+        heartbeat.abort();
+        Ok(())
+    });
+    Ok(Handle { server_addr, stop, task })
+}

@@ -1,0 +1,194 @@
+//! kaji-agent: parse flags, install tracing, run the agent until SIGTERM/SIGINT. Also the hidden
+//! `shim` verb (each container's monitor re-executes this binary) and `image` for air-gapped nodes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+/// kaji's node agent (kubelet): registers the node and runs the pods bound to it.
+#[derive(Parser, Debug)]
+#[command(name = "kaji-agent", version)]
+struct Args {
+    #[command(flatten)]
+    api: kaji_component::ApiArgs,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// The node's InternalIP; give this or --interface (a NAT interface is never guessed).
+    #[arg(long)]
+    node_ip: Option<IpAddr>,
+    /// Take the node IP from this interface's first IPv4 address.
+    #[arg(long)]
+    interface: Option<String>,
+    /// Images, container state, pod directories and logs live here.
+    #[arg(long, default_value = "/var/lib/kaji-agent")]
+    root_dir: PathBuf,
+    /// Pod cgroups are created under <parent>/kubepods in every hierarchy.
+    #[arg(long, default_value = "kaji")]
+    cgroup_parent: String,
+    /// Container runtime: `native`, or the path of an OCI runtime binary such as runc.
+    #[arg(long, default_value = "native")]
+    runtime: String,
+    /// Resources held back from pods, e.g. cpu=100m,memory=256Mi,ephemeral-storage=1Gi.
+    #[arg(long, default_value = "")]
+    reserved: kaji_agent::node::Reserved,
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
+    /// Registries (host[:port]) reached over plain HTTP; loopback registries always are.
+    #[arg(long)]
+    insecure_registry: Vec<String>,
+    /// Pods with dnsPolicy ClusterFirst use these nameservers.
+    #[arg(long)]
+    cluster_dns: Vec<IpAddr>,
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+    /// Copied into pods that do not use the cluster DNS.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// Extra node labels, key=value.
+    #[arg(long)]
+    node_label: Vec<String>,
+    /// Address for the agent server (/healthz, /metrics, /pods, /containerLogs, /stats/summary).
+    #[arg(long, default_value = "0.0.0.0")]
+    address: IpAddr,
+    /// Port of the agent server (0 disables it).
+    #[arg(long, default_value_t = 10250)]
+    port: u16,
+    #[arg(long, default_value_t = 85)]
+    image_gc_high_threshold: u8,
+    #[arg(long, default_value_t = 80)]
+    image_gc_low_threshold: u8,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Manage the node's images without a registry.
+    Image {
+        #[command(subcommand)]
+        verb: ImageVerb,
+    },
+    #[command(hide = true)]
+    Shim {
+        #[arg(long)]
+        root: PathBuf,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        bundle: PathBuf,
+        #[arg(long = "cri-log")]
+        log_file: Option<PathBuf>,
+        #[arg(long)]
+        runc: Option<PathBuf>,
+        #[arg(long)]
+        runc_root: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageVerb {
+    /// Import an OCI layout directory or a docker-archive tar.
+    Import { path: PathBuf },
+    /// List the images on this node.
+    List,
+    /// Pull an image into the node's store.
+    Pull { reference: String },
+    /// Remove an image (by reference or digest).
+    Remove { reference: String },
+}
+
+/// The first IPv4 address of `interface` (read from the kernel's own table).
+fn interface_ip(interface: &str) -> anyhow::Result<IpAddr> {
+    let addrs = nix::ifaddrs::getifaddrs().context("listing interfaces")?;
+    for a in addrs.filter(|a| a.interface_name == interface) {
+        if let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return Ok(IpAddr::V4(ip.ip()));
+        }
+    }
+    anyhow::bail!("interface {interface} has no IPv4 address")
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Command::Shim { root, id, bundle, log_file, runc, runc_root }) = &args.command {
+        // Single-threaded on purpose: the shim clones the container init.
+        let a = kaji_runtime::shim::Args {
+            root: root.clone(),
+            id: id.clone(),
+            bundle: bundle.clone(),
+            log: log_file.clone(),
+            runc: runc.clone(),
+            runc_root: runc_root.clone(),
+        };
+        std::process::exit(kaji_runtime::shim::main(a));
+    }
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    kaji_component::init_tracing(args.log_json);
+    if let Some(Command::Image { verb }) = &args.command {
+        let store = kaji_image::Store::open(
+            args.root_dir.join("images"),
+            kaji_image::StoreOptions { insecure_registries: args.insecure_registry.clone(), ..Default::default() },
+        )?;
+        match verb {
+            ImageVerb::Import { path } => {
+                for i in store.import(path)? {
+                    println!("imported {} {}", i.reference, i.manifest_digest);
+                }
+            }
+            ImageVerb::List => {
+                for i in store.list()? {
+                    println!("{}\t{}\t{}", i.reference, i.manifest_digest, i.size);
+                }
+            }
+            ImageVerb::Pull { reference } => {
+                let i = store.pull(reference, None).await?;
+                println!("pulled {} {}", i.reference, i.manifest_digest);
+            }
+            ImageVerb::Remove { reference } => store.remove(reference)?,
+        }
+        return Ok(());
+    }
+    let node_name = match &args.node_name {
+        Some(n) => n.clone(),
+        None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
+    };
+    let node_ip = match (args.node_ip, &args.interface) {
+        (Some(ip), _) => ip,
+        (None, Some(i)) => interface_ip(i)?,
+        (None, None) => anyhow::bail!("give --node-ip or --interface (the node's address is never guessed)"),
+    };
+    let mut config = kaji_agent::Config::new(node_name, node_ip, args.root_dir.clone());
+    config.cgroup_parent = args.cgroup_parent.clone();
+    config.backend = match args.runtime.as_str() {
+        "native" => kaji_agent::Backend::Native,
+        binary => kaji_agent::Backend::Runc(PathBuf::from(binary)),
+    };
+    config.shim_binary = std::env::current_exe().context("cannot find own executable")?;
+    config.server_addr = (args.port != 0).then_some(SocketAddr::new(args.address, args.port));
+    config.reserved = args.reserved.clone();
+    config.max_pods = args.max_pods;
+    config.insecure_registries = args.insecure_registry.clone();
+    config.cluster_dns = args.cluster_dns.clone();
+    config.cluster_domain = args.cluster_domain.clone();
+    config.resolv_conf = args.resolv_conf.clone();
+    config.image_gc_high_percent = args.image_gc_high_threshold;
+    config.image_gc_low_percent = args.image_gc_low_threshold;
+    for l in &args.node_label {
+        let (k, v) = l.split_once('=').with_context(|| format!("--node-label {l:?}: want key=value"))?;
+        config.node_labels.insert(k.to_string(), v.to_string());
+    }
+    let handle = kaji_agent::start(args.api.client().await?, config).await?;
+    kaji_component::stop_on_signal(handle.stopper(), "containers keep running for the next agent");
+    handle.wait().await?;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! The pods bound to this node: a watch (`spec.nodeName=<node>`) feeding one worker per pod UID
+//! (the latest desired state wins), adoption of the containers a previous agent left running,
+//! and cleanup of what belongs to pods deleted while no agent was watching.
+
+pub mod backoff;
+pub mod status;
+pub mod worker;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::runtime::{Meta, Runtime};
+use crate::Config;
+
+/// What every worker shares.
+pub struct Shared {
+    pub client: kube::Client,
+    pub config: Arc<Config>,
+    pub images: kaji_image::Store,
+    pub runtime: Runtime,
+    pub metrics: Arc<Metrics>,
+    pub recorder: kaji_component::events::Recorder,
+    workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
+    /// The latest pods as the workers last saw them (served on /pods).
+    pods: Mutex<HashMap<String, Arc<Pod>>>,
+}
+
+#[derive(Clone)]
+pub struct Manager {
+    pub shared: Arc<Shared>,
+}
+
+fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+impl Manager {
+    pub fn new(
+        client: kube::Client,
+        config: Arc<Config>,
+        images: kaji_image::Store,
+        runtime: Runtime,
+        metrics: Arc<Metrics>,
+    ) -> Manager {
+        let recorder = kaji_component::events::Recorder::new(client.clone(), "kubelet");
+        Manager {
+            shared: Arc::new(Shared {
+                client,
+                config,
+                images,
+                runtime,
+                metrics,
+                recorder,
+                workers: Mutex::new(HashMap::new()),
+                pods: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The pods the agent is running, as last seen.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        let mut pods: Vec<Arc<Pod>> =
+            self.shared.pods.lock().map(|p| p.values().cloned().collect()).unwrap_or_default();
+        pods.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
+        pods
+    }
+
+    /// Watches this node's pods and drives their workers until `stop`.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut adopt: HashMap<String, Vec<Meta>> = HashMap::new();
+        for m in self.shared.runtime.list() {
+            adopt.entry(m.pod_uid.clone()).or_default().push(m);
+        }
+        tracing::info!(containers = adopt.values().map(Vec::len).sum::<usize>(), "found containers from before");
+        let api: Api<Pod> = Api::all(self.shared.client.clone());
+        let cfg = watcher::Config::default().fields(&format!("spec.nodeName={}", self.shared.config.node_name));
+        let mut events = watcher(api, cfg).default_backoff().boxed();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut first_sync = true;
+        tokio::spawn(self.clone().image_gc(stop.clone()));
+        loop {
+            let ev = tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                ev = events.next() => ev,
+            };
+            match ev {
+                None => break,
+                Some(Err(e)) => tracing::warn!(error = %e, "pod watch failed; retrying"),
+                Some(Ok(watcher::Event::Init)) => seen.clear(),
+                Some(Ok(watcher::Event::InitApply(pod))) => {
+                    seen.insert(uid_of(&pod));
+                    self.dispatch(pod, &mut adopt, &stop);
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    let gone: Vec<String> = self
+                        .shared
+                        .workers
+                        .lock()
+                        .map(|w| w.keys().filter(|u| !seen.contains(*u)).cloned().collect())
+                        .unwrap_or_default();
+                    for uid in gone {
+                        self.forget(&uid);
+                    }
+                    if first_sync {
+                        first_sync = false;
+                        self.clean_orphans(&seen, std::mem::take(&mut adopt)).await;
+                    }
+                }
+                Some(Ok(watcher::Event::Apply(pod))) => self.dispatch(pod, &mut adopt, &stop),
+                Some(Ok(watcher::Event::Delete(pod))) => self.forget(&uid_of(&pod)),
+            }
+        }
+        // Workers see `stop` themselves; containers keep running for the next agent.
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    /// Every five minutes: if the disk holding the images is fuller than the high threshold,
+    /// remove least recently used images no container uses until it is below the low one.
+    async fn image_gc(self, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(300)) => {}
+            }
+            let in_use: HashSet<String> = self.shared.runtime.list().into_iter().map(|m| m.image_id).collect();
+            let (high, low) = (self.shared.config.image_gc_high_percent, self.shared.config.image_gc_low_percent);
+            let images = self.shared.images.clone();
+            match tokio::task::spawn_blocking(move || images.gc(&in_use, high, low)).await {
+                Ok(Ok(removed)) if !removed.is_empty() => tracing::info!(?removed, "image garbage collection"),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "image garbage collection failed"),
+                Err(e) => tracing::warn!(error = %e, "image garbage collection task failed"),
+            }
+        }
+    }
+
+    fn dispatch(&self, pod: Pod, adopt: &mut HashMap<String, Vec<Meta>>, stop: &watch::Receiver<bool>) {
+        let uid = uid_of(&pod);
+        if uid.is_empty() {
+            return;
+        }
+        let pod = Arc::new(pod);
+        if let Ok(mut pods) = self.shared.pods.lock() {
+            pods.insert(uid.clone(), pod.clone());
+        }
+        let Ok(mut workers) = self.shared.workers.lock() else { return };
+        if let Some(tx) = workers.get(&uid) {
+            let _ = tx.send(Some(pod));
+            return;
+        }
+        let (tx, rx) = watch::channel(Some(pod));
+        workers.insert(uid.clone(), tx);
+        let containers = adopt.remove(&uid).unwrap_or_default();
+        let w = worker::Worker::new(self.shared.clone(), uid.clone(), rx, stop.clone(), containers);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            if w.run().await {
+                if let Ok(mut workers) = shared.workers.lock() {
+                    workers.remove(&uid);
+                }
+                if let Ok(mut pods) = shared.pods.lock() {
+                    pods.remove(&uid);
+                }
+            }
+        });
+    }
+
+    /// The pod is gone from the API: its worker stops its containers and cleans up.
+    fn forget(&self, uid: &str) {
+        if let Ok(workers) = self.shared.workers.lock() {
+            if let Some(tx) = workers.get(uid) {
+                let _ = tx.send(None);
+            }
+        }
+    }
+
+    /// Removes containers, sandboxes, cgroups and directories of pods that no longer exist.
+    async fn clean_orphans(&self, live: &HashSet<String>, adopt: HashMap<String, Vec<Meta>>) {
+        let mut uids: HashSet<String> = adopt.keys().cloned().collect();
+        for e in std::fs::read_dir(self.shared.config.pods_dir()).into_iter().flatten().flatten() {
+            uids.insert(e.file_name().to_string_lossy().into_owned());
+        }
+        for uid in uids.into_iter().filter(|u| !live.contains(u)) {
+            tracing::info!(uid = %uid, "cleaning up after a pod deleted while the agent was away");
+            let containers = adopt.get(&uid).cloned().unwrap_or_default();
+            if let Err(e) = worker::teardown(&self.shared, &uid, &containers).await {
+                tracing::warn!(uid = %uid, error = %e, "cannot clean up orphaned pod");
+            }
+        }
+    }
+}

@@ -1,0 +1,811 @@
+//! One worker per pod UID. `sync` is a sequence of idempotent `ensure_*` steps — pod directory
+//! and cgroup, sandbox, volumes, init containers in order, app containers with restart policy and
+//! back-off — followed by a status write when something changed. `terminate` is its own path:
+//! SIGTERM, the grace period, SIGKILL, teardown, then the pod object is deleted.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::backoff::Backoff;
+use super::status::{self, Exited, Run, View};
+use super::Shared;
+use crate::env::{self, Refs};
+use crate::runtime::Meta;
+use crate::sandbox::{Sandbox, Wanted};
+use crate::volumes::{self, PodDir};
+
+/// Why a container is not running, as its waiting state shows it.
+type Waiting = (String, String);
+
+pub struct Worker {
+    s: Arc<Shared>,
+    uid: String,
+    rx: watch::Receiver<Option<Arc<Pod>>>,
+    stop: watch::Receiver<bool>,
+    wake: Arc<Notify>,
+    /// Every container of this pod the runtime holds (the newest two per name).
+    containers: Vec<Meta>,
+    waiting: HashMap<String, Waiting>,
+    backoff: Backoff,
+    /// Earliest next attempt to start a container whose last attempt failed.
+    retry_at: HashMap<String, Instant>,
+    watched: HashSet<String>,
+    last_status: Option<serde_json::Value>,
+    next_wake: Option<Instant>,
+    start_time: Option<Timestamp>,
+    sandbox_ready: bool,
+    terminated: bool,
+    reported_running: bool,
+    first_seen: std::time::Instant,
+}
+
+fn pod_key(p: &Pod) -> String {
+    format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or(""), p.metadata.name.as_deref().unwrap_or(""))
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let next = c.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// The state of one container run, as the runtime reports it now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunState {
+    /// Created but never started (an agent stopped between the two).
+    Created,
+    Running,
+    Exited(i32),
+}
+
+impl Worker {
+    pub fn new(
+        s: Arc<Shared>,
+        uid: String,
+        rx: watch::Receiver<Option<Arc<Pod>>>,
+        stop: watch::Receiver<bool>,
+        containers: Vec<Meta>,
+    ) -> Worker {
+        Worker {
+            s,
+            uid,
+            rx,
+            stop,
+            wake: Arc::new(Notify::new()),
+            containers,
+            waiting: HashMap::new(),
+            backoff: Backoff::default(),
+            retry_at: HashMap::new(),
+            watched: HashSet::new(),
+            last_status: None,
+            next_wake: None,
+            start_time: None,
+            sandbox_ready: false,
+            terminated: false,
+            reported_running: false,
+            first_seen: std::time::Instant::now(),
+        }
+    }
+
+    fn pod_dir(&self) -> PodDir {
+        PodDir(self.s.config.pods_dir().join(&self.uid))
+    }
+
+    fn wake_in(&mut self, d: Duration) {
+        let at = Instant::now() + d;
+        self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+    }
+
+    /// Runs until the pod is gone (true) or the agent stops (false).
+    pub async fn run(mut self) -> bool {
+        loop {
+            let pod = self.rx.borrow_and_update().clone();
+            self.next_wake = None;
+            match pod {
+                None => {
+                    if !self.terminated {
+                        self.kill_all(Duration::from_secs(2)).await;
+                    }
+                    if let Err(e) = teardown(&self.s, &self.uid, &self.containers).await {
+                        tracing::warn!(uid = %self.uid, error = %e, "cannot tear pod down");
+                    }
+                    return true;
+                }
+                Some(p) if p.metadata.deletion_timestamp.is_some() => {
+                    if !self.terminated {
+                        let span = tracing::info_span!("terminate_pod", pod = %pod_key(&p), uid = %self.uid);
+                        if let Err(e) = self.terminate(&p).instrument(span).await {
+                            tracing::warn!(pod = %pod_key(&p), error = %e, "terminating pod failed; retrying");
+                            self.wake_in(Duration::from_secs(2));
+                        }
+                    }
+                }
+                Some(p) => {
+                    let span = tracing::info_span!("sync_pod", pod = %pod_key(&p), uid = %self.uid);
+                    let t0 = std::time::Instant::now();
+                    if let Err(e) = self.sync(&p).instrument(span).await {
+                        tracing::warn!(pod = %pod_key(&p), error = %e, "pod sync failed; retrying");
+                        self.wake_in(Duration::from_secs(2));
+                    }
+                    self.s.metrics.observe_sync(t0.elapsed());
+                }
+            }
+            let next = self.next_wake;
+            let timer = async move {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.stop.wait_for(|s| *s) => return false,
+                r = self.rx.changed() => if r.is_err() { return false },
+                _ = self.wake.notified() => {}
+                _ = timer => {}
+            }
+        }
+    }
+
+    fn latest(&self, name: &str) -> Option<&Meta> {
+        self.containers.iter().filter(|m| m.container_name == name).max_by_key(|m| m.restart_count)
+    }
+
+    fn previous(&self, name: &str) -> Option<&Meta> {
+        let latest = self.latest(name)?.restart_count;
+        self.containers
+            .iter()
+            .filter(|m| m.container_name == name && m.restart_count < latest)
+            .max_by_key(|m| m.restart_count)
+    }
+
+    fn run_state(&self, m: &Meta) -> RunState {
+        match self.s.runtime.state(&m.id) {
+            Ok(st) => match st.status {
+                kaji_runtime::Status::Stopped => RunState::Exited(st.exit.map(|e| e.code).unwrap_or(137)),
+                kaji_runtime::Status::Running => RunState::Running,
+                _ if m.started_at.is_none() => RunState::Created,
+                _ => RunState::Running,
+            },
+            Err(_) => RunState::Exited(137),
+        }
+    }
+
+    async fn sync(&mut self, p: &Pod) -> anyhow::Result<()> {
+        let spec = p.spec.clone().unwrap_or_default();
+        let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+        if (phase == "Succeeded" || phase == "Failed") && self.last_status.is_none() && !self.any_running() {
+            // Finished before this agent started: nothing runs again, the status stands.
+            return Ok(());
+        }
+        if self.start_time.is_none() {
+            self.start_time =
+                p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0).or(Some(Timestamp::now()));
+        }
+        let dir = self.pod_dir();
+        self.ensure_pod_dir_and_cgroup(p, &dir)?;
+        let sandbox = Sandbox::new(dir.0.join("ns"), Wanted::for_pod(p));
+        let hostname = spec.hostname.clone().unwrap_or_else(|| p.metadata.name.clone().unwrap_or_default());
+        let sb = sandbox.clone();
+        tokio::task::spawn_blocking(move || sb.ensure(&hostname)).await??;
+        self.sandbox_ready = true;
+        let pod_ip = self.pod_ip(p);
+        volumes::write_etc(&dir, p, pod_ip.as_deref().unwrap_or(""), &self.s.config)?;
+        let refs = Refs::fetch(&self.s.client, p, None).await?;
+        let volume_paths = match volumes::ensure(&dir, p, &refs, &self.node_env(p)) {
+            Ok(v) => v,
+            Err(volumes::Error::Config(msg)) => {
+                if self.waiting.values().all(|(_, m)| m != &msg) {
+                    self.event_warning(p, "FailedMount", format!("MountVolume.SetUp failed: {msg}"));
+                }
+                for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
+                    if self.latest(&c.name).is_none() {
+                        self.waiting.insert(c.name.clone(), ("ContainerCreating".into(), msg.clone()));
+                    }
+                }
+                self.wake_in(Duration::from_secs(5));
+                return self.write_status(p, &sandbox).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let ctx = StartCtx { dir: &dir, sandbox: &sandbox, volumes: &volume_paths, pod_ip: pod_ip.clone() };
+
+        let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        let apps_started = spec.containers.iter().any(|c| self.latest(&c.name).is_some());
+        let mut inits_done = true;
+        if !apps_started {
+            for ic in &inits {
+                let state = self.latest(&ic.name).map(|m| (m.clone(), self.run_state(m)));
+                match state {
+                    None => {
+                        self.start(p, ic, true, &ctx).await;
+                        inits_done = false;
+                        break;
+                    }
+                    Some((m, RunState::Created)) => {
+                        self.s.runtime.remove(&m.id).await?;
+                        self.containers.retain(|c| c.id != m.id);
+                        self.start(p, ic, true, &ctx).await;
+                        inits_done = false;
+                        break;
+                    }
+                    Some((m, RunState::Running)) => {
+                        self.watch_exit(&m.id);
+                        inits_done = false;
+                        break;
+                    }
+                    Some((_, RunState::Exited(0))) => continue,
+                    Some((m, RunState::Exited(_))) => {
+                        inits_done = false;
+                        if policy != "Never" {
+                            self.restart(p, ic, true, &m, &ctx).await;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        if inits_done {
+            for c in &spec.containers {
+                let state = self.latest(&c.name).map(|m| (m.clone(), self.run_state(m)));
+                match state {
+                    None => self.start(p, c, false, &ctx).await,
+                    Some((m, RunState::Created)) => {
+                        self.s.runtime.remove(&m.id).await?;
+                        self.containers.retain(|x| x.id != m.id);
+                        self.start(p, c, false, &ctx).await;
+                    }
+                    Some((m, RunState::Running)) => {
+                        self.waiting.remove(&c.name);
+                        self.watch_exit(&m.id);
+                    }
+                    Some((m, RunState::Exited(code))) => {
+                        let again = match policy.as_str() {
+                            "Always" => true,
+                            "OnFailure" => code != 0,
+                            _ => false,
+                        };
+                        if again {
+                            self.restart(p, c, false, &m, &ctx).await;
+                        } else {
+                            self.waiting.remove(&c.name);
+                        }
+                    }
+                }
+            }
+        } else {
+            for c in &spec.containers {
+                self.waiting.entry(c.name.clone()).or_insert_with(|| ("PodInitializing".into(), String::new()));
+            }
+        }
+        self.write_status(p, &sandbox).await
+    }
+
+    fn any_running(&self) -> bool {
+        self.containers.iter().any(|m| self.run_state(m) == RunState::Running)
+    }
+
+    fn pod_ip(&self, p: &Pod) -> Option<String> {
+        let host_network = p.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+        host_network.then(|| self.s.config.node_ip.to_string())
+    }
+
+    fn node_env(&self, p: &Pod) -> env::Node {
+        let cap = crate::node::Capacity::measure(&self.s.config).minus(&self.s.config.reserved);
+        env::Node {
+            host_ip: self.s.config.node_ip.to_string(),
+            pod_ip: self.pod_ip(p).unwrap_or_default(),
+            allocatable_cpu_millis: cap.cpu_millis,
+            allocatable_memory_bytes: cap.memory_bytes,
+        }
+    }
+
+    fn ensure_pod_dir_and_cgroup(&self, p: &Pod, dir: &PodDir) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&dir.0)?;
+        let path = crate::cgroup::pod_path(&self.s.config.cgroup_parent, p);
+        let marker = dir.0.join("cgroup");
+        if !marker.exists() {
+            std::fs::write(&marker, path.to_string_lossy().as_bytes())?;
+        }
+        if !crate::cgroup::exists(&path) {
+            crate::cgroup::ensure(&path, &crate::cgroup::pod_limits(p))?;
+        }
+        Ok(())
+    }
+
+    /// Restarts an exited container unless it is in back-off (then it waits as CrashLoopBackOff).
+    async fn restart(&mut self, p: &Pod, c: &Container, init: bool, last: &Meta, ctx: &StartCtx<'_>) {
+        let finished = self.s.runtime.finished_at(&last.id).unwrap_or_else(Timestamp::now);
+        let key = format!("restart/{}", c.name);
+        if let Some(wait) = self.backoff.wait(&key, finished, Timestamp::now()) {
+            let delay = self.backoff.current(&key).unwrap_or(wait).as_secs();
+            let message = format!(
+                "back-off {delay}s restarting failed container={} pod={}_{}({})",
+                c.name,
+                p.metadata.name.as_deref().unwrap_or(""),
+                p.metadata.namespace.as_deref().unwrap_or(""),
+                self.uid
+            );
+            if self.waiting.get(&c.name).is_none_or(|(r, _)| r != "CrashLoopBackOff") {
+                self.event_warning(
+                    p,
+                    "BackOff",
+                    format!("Back-off restarting failed container {} in pod {}", c.name, pod_key(p)),
+                );
+            }
+            self.waiting.insert(c.name.clone(), ("CrashLoopBackOff".into(), message));
+            self.wake_in(wait);
+            return;
+        }
+        self.backoff.next(&key, finished);
+        self.start(p, c, init, ctx).await;
+    }
+
+    /// Starts a new run of `c`: image, env, spec, create, start. Failures leave the container
+    /// waiting with Kubernetes' reason and retry with back-off.
+    async fn start(&mut self, p: &Pod, c: &Container, init: bool, ctx: &StartCtx<'_>) {
+        let key = format!("start/{}", c.name);
+        if let Some(at) = self.retry_at.get(&key) {
+            if *at > Instant::now() {
+                let at = *at;
+                if let Some((reason, message)) = self.waiting.get_mut(&c.name) {
+                    if reason == "ErrImagePull" {
+                        // As kubelet: the back-off keeps the registry's reason visible.
+                        let image = c.image.clone().unwrap_or_default();
+                        *message = format!("Back-off pulling image \"{image}\": ErrImagePull: {message}");
+                        *reason = "ImagePullBackOff".into();
+                    }
+                }
+                self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+                return;
+            }
+        }
+        match self.try_start(p, c, init, ctx).await {
+            Ok(()) => {
+                self.waiting.remove(&c.name);
+                self.retry_at.remove(&key);
+                self.backoff.reset(&key);
+            }
+            Err(w) => {
+                let delay = self.backoff.next(&key, Timestamp::now());
+                self.retry_at.insert(key, Instant::now() + delay);
+                self.wake_in(delay);
+                self.waiting.insert(c.name.clone(), w);
+            }
+        }
+    }
+
+    async fn try_start(&mut self, p: &Pod, c: &Container, init: bool, ctx: &StartCtx<'_>) -> Result<(), Waiting> {
+        let image = self.ensure_image(p, c).await?;
+        let node = self.node_env(p);
+        let config_error = |msg: String| ("CreateContainerConfigError".to_string(), msg);
+        let refs = Refs::fetch(&self.s.client, p, Some(c)).await.map_err(|e| config_error(e.to_string()))?;
+        let env = match env::build(p, c, &image.config.env, &refs, &node) {
+            Ok(env) => env,
+            Err(msg) => {
+                self.event_warning(p, "Failed", format!("Error: {msg}"));
+                return Err(config_error(msg));
+            }
+        };
+        let args = env::command_line(c, &image.config.entrypoint, &image.config.cmd, &env);
+        if args.is_empty() {
+            let msg = "no command specified".to_string();
+            self.event_warning(p, "Failed", format!("Error: {msg}"));
+            return Err(("CreateContainerError".into(), msg));
+        }
+        let restart_count = self.latest(&c.name).map(|m| m.restart_count + 1).unwrap_or(0);
+        let id = crate::runtime::new_id();
+        let dir = ctx.dir;
+        let termination_log = dir.termination_log(&c.name, restart_count);
+        let io_err = |e: std::io::Error| ("CreateContainerError".to_string(), e.to_string());
+        if let Some(parent) = termination_log.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err)?;
+        }
+        std::fs::write(&termination_log, b"").map_err(io_err)?;
+        let pod_cgroup = crate::cgroup::pod_path(&self.s.config.cgroup_parent, p);
+        let meta = Meta {
+            id: id.clone(),
+            pod_uid: self.uid.clone(),
+            pod_namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            pod_name: p.metadata.name.clone().unwrap_or_default(),
+            container_name: c.name.clone(),
+            init,
+            restart_count,
+            image: c.image.clone().unwrap_or_default(),
+            image_id: image.repo_digest(),
+            log_path: dir.0.join("logs").join(&c.name).join(format!("{restart_count}.log")),
+            termination_log: termination_log.clone(),
+            termination_message_policy: c.termination_message_policy.clone().unwrap_or_else(|| "File".into()),
+            created_at: Timestamp::now(),
+            started_at: None,
+        };
+        let annotations = HashMap::from([
+            ("io.kubernetes.pod.uid".to_string(), self.uid.clone()),
+            ("io.kubernetes.pod.name".to_string(), meta.pod_name.clone()),
+            ("io.kubernetes.pod.namespace".to_string(), meta.pod_namespace.clone()),
+            ("io.kubernetes.container.name".to_string(), c.name.clone()),
+            ("io.kubernetes.container.restartCount".to_string(), restart_count.to_string()),
+        ]);
+        let inputs = crate::spec::Inputs {
+            pod: p,
+            container: c,
+            layers: &image.layers,
+            image: &image.config,
+            env,
+            args,
+            joins: ctx.sandbox.joins(),
+            cgroups_path: crate::cgroup::container_path(&pod_cgroup, &id),
+            volumes: ctx.volumes,
+            pod_dir: dir,
+            termination_log: &termination_log,
+            annotations,
+        };
+        let spec = match crate::spec::build(&inputs) {
+            Ok(s) => s,
+            Err(msg) => {
+                self.event_warning(p, "Failed", format!("Error: {msg}"));
+                return Err(("CreateContainerConfigError".into(), msg));
+            }
+        };
+        let _ = ctx.pod_ip.as_deref();
+        let mut meta = meta;
+        if let Err(e) = self.s.runtime.create(&meta, &spec).await {
+            let msg = chain(&e);
+            self.event_warning(p, "Failed", format!("Error: {msg}"));
+            return Err(("CreateContainerError".into(), msg));
+        }
+        self.event_normal(p, "Created", format!("Created container {}", c.name));
+        if let Err(e) = self.s.runtime.start(&mut meta).await {
+            let msg = chain(&e);
+            let _ = self.s.runtime.remove(&meta.id).await;
+            self.event_warning(p, "Failed", format!("Error: {msg}"));
+            return Err(("RunContainerError".into(), msg));
+        }
+        self.s.metrics.container_started();
+        self.event_normal(p, "Started", format!("Started container {}", c.name));
+        self.containers.push(meta);
+        self.watch_exit(&id);
+        self.gc_runs(&c.name).await;
+        Ok(())
+    }
+
+    /// Keeps the newest two runs per container (the current one and `--previous`).
+    async fn gc_runs(&mut self, name: &str) {
+        let mut runs: Vec<Meta> = self.containers.iter().filter(|m| m.container_name == name).cloned().collect();
+        runs.sort_by_key(|m| std::cmp::Reverse(m.restart_count));
+        for old in runs.into_iter().skip(2) {
+            if let Err(e) = self.s.runtime.remove(&old.id).await {
+                tracing::warn!(container = %old.id, error = %e, "cannot remove old container");
+                continue;
+            }
+            let _ = std::fs::remove_file(&old.log_path);
+            let _ = std::fs::remove_file(&old.termination_log);
+            self.containers.retain(|m| m.id != old.id);
+        }
+    }
+
+    /// The image per the pull policy; errors are the waiting reasons kubelet shows.
+    async fn ensure_image(&mut self, p: &Pod, c: &Container) -> Result<kaji_image::Image, Waiting> {
+        let reference = c.image.clone().unwrap_or_default();
+        if reference.is_empty() {
+            return Err(("InvalidImageName".into(), "container has no image".into()));
+        }
+        let parsed = kaji_image::normalize(&reference).map_err(|e| ("InvalidImageName".to_string(), e.to_string()))?;
+        let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
+            if parsed.digest.is_none() && parsed.tag.as_deref().is_none_or(|t| t == "latest") {
+                "Always".into()
+            } else {
+                "IfNotPresent".into()
+            }
+        });
+        let local = self.s.images.get(&reference).ok().flatten();
+        match (policy.as_str(), local) {
+            ("Never", Some(i)) | ("IfNotPresent", Some(i)) => {
+                let _ = self.s.images.touch(&i.manifest_digest);
+                return Ok(i);
+            }
+            ("Never", None) => {
+                let msg = format!("Container image \"{reference}\" is not present with pull policy of Never");
+                self.event_warning(p, "ErrImageNeverPull", msg.clone());
+                return Err(("ErrImageNeverPull".into(), msg));
+            }
+            _ => {}
+        }
+        let creds = self.pull_credentials(p, &parsed.registry).await;
+        self.event_normal(p, "Pulling", format!("Pulling image \"{reference}\""));
+        let t0 = std::time::Instant::now();
+        match self.s.images.pull(&reference, creds.as_ref()).await {
+            Ok(i) => {
+                self.s.metrics.observe_pull(t0.elapsed());
+                self.event_normal(
+                    p,
+                    "Pulled",
+                    format!("Successfully pulled image \"{reference}\" in {:.3}s", t0.elapsed().as_secs_f64()),
+                );
+                Ok(i)
+            }
+            Err(e) => {
+                let msg = chain(&e);
+                self.event_warning(p, "Failed", format!("Failed to pull image \"{reference}\": {msg}"));
+                Err(("ErrImagePull".into(), msg))
+            }
+        }
+    }
+
+    /// Credentials for `registry` from the pod's imagePullSecrets (dockerconfigjson or dockercfg).
+    async fn pull_credentials(&self, p: &Pod, registry: &str) -> Option<kaji_image::Credentials> {
+        let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let api: Api<Secret> = Api::namespaced(self.s.client.clone(), &ns);
+        for r in p.spec.iter().flat_map(|s| s.image_pull_secrets.iter().flatten()) {
+            let Ok(Some(secret)) = api.get_opt(&r.name).await else { continue };
+            let data = secret.data.unwrap_or_default();
+            if let Some(v) = data.get(".dockerconfigjson") {
+                if let Some(c) = kaji_image::credentials_from_docker_config(&v.0, registry) {
+                    return Some(c);
+                }
+            }
+            if let Some(v) = data.get(".dockercfg") {
+                // The legacy format is the "auths" map itself.
+                let wrapped = json!({"auths": serde_json::from_slice::<serde_json::Value>(&v.0).unwrap_or_default()});
+                if let Some(c) = kaji_image::credentials_from_docker_config(wrapped.to_string().as_bytes(), registry) {
+                    return Some(c);
+                }
+            }
+        }
+        None
+    }
+
+    /// Wakes the worker when the container's process exits and its exit status is recorded.
+    fn watch_exit(&mut self, id: &str) {
+        if !self.watched.insert(id.to_string()) {
+            return;
+        }
+        let Ok(st) = self.s.runtime.state(id) else { return };
+        let (wake, runtime, id, stop) = (self.wake.clone(), self.s.runtime.clone(), id.to_string(), self.stop.clone());
+        // A blocking poll on a pidfd (tokio's AsyncFd registration would need unsafe code); it
+        // wakes every second to notice the agent stopping.
+        let exited = move || {
+            use std::os::fd::AsFd;
+            let fd = kaji_runtime::sys::pidfd_open(nix::unistd::Pid::from_raw(st.pid)).ok();
+            while let Some(fd) = fd.as_ref().filter(|_| st.pid > 0) {
+                if *stop.borrow() {
+                    return false;
+                }
+                if !matches!(runtime.state(&id).map(|s| s.status), Ok(kaji_runtime::Status::Running)) {
+                    break;
+                }
+                let mut fds = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
+                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16)) {
+                    Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                    _ => break,
+                }
+            }
+            // The shim reaps the process and writes exit.json right after.
+            for _ in 0..500 {
+                match runtime.state(&id) {
+                    Ok(s) if s.status != kaji_runtime::Status::Stopped => std::thread::sleep(Duration::from_millis(10)),
+                    _ => break,
+                }
+            }
+            true
+        };
+        tokio::spawn(async move {
+            if let Ok(true) = tokio::task::spawn_blocking(exited).await {
+                wake.notify_one();
+            }
+        });
+    }
+
+    fn views(&self, containers: &[Container]) -> Vec<View> {
+        containers
+            .iter()
+            .map(|c| View {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                current: self.latest(&c.name).map(|m| self.run_of(m)),
+                previous: self.previous(&c.name).map(|m| self.run_of(m)),
+                waiting: self.waiting.get(&c.name).cloned(),
+            })
+            .collect()
+    }
+
+    fn run_of(&self, m: &Meta) -> Run {
+        let exit = match self.s.runtime.state(&m.id) {
+            Ok(st) if st.status == kaji_runtime::Status::Stopped => {
+                let e = st.exit.unwrap_or(kaji_runtime::Exit { code: 137, signal: Some(9), oom_killed: false });
+                Some(Exited {
+                    code: e.code,
+                    signal: e.signal,
+                    oom_killed: e.oom_killed,
+                    finished_at: self.s.runtime.finished_at(&m.id),
+                    message: termination_message(m, e.code),
+                })
+            }
+            Ok(_) => None,
+            Err(_) => Some(Exited {
+                code: 137,
+                signal: None,
+                oom_killed: false,
+                finished_at: None,
+                message: Some("The container could not be located when the pod was terminated".into()),
+            }),
+        };
+        Run {
+            id: m.id.clone(),
+            restart_count: m.restart_count,
+            image_id: m.image_id.clone(),
+            started_at: m.started_at,
+            exit,
+        }
+    }
+
+    async fn write_status(&mut self, p: &Pod, _sandbox: &Sandbox) -> anyhow::Result<()> {
+        let spec = p.spec.clone().unwrap_or_default();
+        let inits = self.views(spec.init_containers.as_deref().unwrap_or(&[]));
+        let apps = self.views(&spec.containers);
+        let facts = status::Facts {
+            pod: p,
+            host_ip: self.s.config.node_ip.to_string(),
+            pod_ip: self.pod_ip(p),
+            start_time: self.start_time,
+            sandbox_ready: self.sandbox_ready,
+            now: Timestamp::now(),
+        };
+        let st = status::pod_status(&facts, &inits, &apps);
+        let value = serde_json::to_value(&st)?;
+        if self.last_status.as_ref() == Some(&value) {
+            return Ok(());
+        }
+        if !self.reported_running && st.phase.as_deref() == Some("Running") {
+            self.reported_running = true;
+            self.s.metrics.observe_pod_start(self.first_seen.elapsed());
+        }
+        let api: Api<Pod> =
+            Api::namespaced(self.s.client.clone(), p.metadata.namespace.as_deref().unwrap_or("default"));
+        let name = p.metadata.name.clone().unwrap_or_default();
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": value}))).await {
+            Ok(_) => {
+                self.last_status = Some(value);
+                Ok(())
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// SIGTERM to every running container, the grace period, SIGKILL for what is left.
+    async fn kill_all(&mut self, grace: Duration) {
+        let running: Vec<Meta> = self
+            .containers
+            .iter()
+            .filter(|m| self.run_state(m) != RunState::Exited(0) && self.is_alive(m))
+            .cloned()
+            .collect();
+        for m in &running {
+            let _ = self.s.runtime.kill(&m.id, Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && running.iter().any(|m| self.is_alive(m)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for m in running.iter().filter(|m| self.is_alive(m)) {
+            tracing::info!(container = %m.container_name, "grace period over; killing");
+            let _ = self.s.runtime.kill(&m.id, Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && running.iter().any(|m| self.is_alive(m)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn is_alive(&self, m: &Meta) -> bool {
+        matches!(
+            self.s.runtime.state(&m.id).map(|s| s.status),
+            Ok(kaji_runtime::Status::Running | kaji_runtime::Status::Created)
+        )
+    }
+
+    async fn terminate(&mut self, p: &Pod) -> anyhow::Result<()> {
+        let grace = p
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .unwrap_or(30)
+            .max(0) as u64;
+        for m in self.containers.iter().filter(|m| self.is_alive(m)) {
+            self.event_normal(p, "Killing", format!("Stopping container {}", m.container_name));
+        }
+        self.kill_all(Duration::from_secs(grace)).await;
+        let sandbox = Sandbox::new(self.pod_dir().0.join("ns"), Wanted::for_pod(p));
+        self.sandbox_ready = false;
+        let _ = self.write_status(p, &sandbox).await;
+        teardown(&self.s, &self.uid, &self.containers).await?;
+        self.containers.clear();
+        let api: Api<Pod> =
+            Api::namespaced(self.s.client.clone(), p.metadata.namespace.as_deref().unwrap_or("default"));
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(self.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(p.metadata.name.as_deref().unwrap_or(""), &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.terminated = true;
+        tracing::info!(pod = %pod_key(p), "pod terminated");
+        Ok(())
+    }
+
+    fn event_normal(&self, p: &Pod, reason: &'static str, message: String) {
+        let (rec, pod) = (self.s.recorder.clone(), p.clone());
+        tokio::spawn(async move { rec.normal(&pod, reason, message).await });
+    }
+
+    fn event_warning(&self, p: &Pod, reason: &'static str, message: String) {
+        let (rec, pod) = (self.s.recorder.clone(), p.clone());
+        tokio::spawn(async move { rec.warning(&pod, reason, message).await });
+    }
+}
+
+struct StartCtx<'a> {
+    dir: &'a PodDir,
+    sandbox: &'a Sandbox,
+    volumes: &'a HashMap<String, PathBuf>,
+    pod_ip: Option<String>,
+}
+
+/// The termination message: the file the container wrote (≤ 4 KiB), or with
+/// FallbackToLogsOnError and a failure, the end of its log.
+fn termination_message(m: &Meta, code: i32) -> Option<String> {
+    let mut text = std::fs::read(&m.termination_log).ok().map(|mut b| {
+        b.truncate(4096);
+        String::from_utf8_lossy(&b).into_owned()
+    });
+    if text.as_deref().is_none_or(str::is_empty) && m.termination_message_policy == "FallbackToLogsOnError" && code != 0
+    {
+        text = crate::logs::tail_text(&m.log_path, 80, 2048);
+    }
+    text.filter(|t| !t.is_empty())
+}
+
+/// Removes everything a pod had on the node: containers, sandbox, cgroup, directory.
+pub async fn teardown(s: &Shared, uid: &str, containers: &[Meta]) -> anyhow::Result<()> {
+    let mut ids: Vec<String> = containers.iter().map(|m| m.id.clone()).collect();
+    for m in s.runtime.list() {
+        if m.pod_uid == uid && !ids.contains(&m.id) {
+            ids.push(m.id);
+        }
+    }
+    for id in ids {
+        s.runtime.remove(&id).await?;
+    }
+    let dir = PodDir(s.config.pods_dir().join(uid));
+    let sandbox = Sandbox::new(dir.0.join("ns"), Wanted { net: true, ipc: true, uts: true });
+    tokio::task::spawn_blocking(move || sandbox.teardown()).await??;
+    if let Ok(path) = std::fs::read_to_string(dir.0.join("cgroup")) {
+        crate::cgroup::remove(std::path::Path::new(path.trim()))?;
+    }
+    volumes::teardown(&dir)?;
+    Ok(())
+}
