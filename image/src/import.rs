@@ -45,6 +45,67 @@ impl Store {
         result
     }
 
+    /// `docker import`: a root filesystem — a directory or a plain tar of one — becomes a
+    /// one-layer image named `reference` with `config` (entrypoint, cmd, env, working dir, user).
+    pub fn import_rootfs(&self, source: &Path, reference: &str, config: &ImageConfig) -> Result<Image> {
+        let tag = normalize(reference)?.to_string();
+        let tmp = self.tmp_path("rootfs");
+        fs::create_dir_all(&tmp).ctx("create", &tmp)?;
+        let result = self.import_rootfs_in(source, &tag, config, &tmp);
+        let _ = fs::remove_dir_all(&tmp);
+        result
+    }
+
+    fn import_rootfs_in(&self, source: &Path, tag: &str, config: &ImageConfig, tmp: &Path) -> Result<Image> {
+        let layer = if fs::metadata(source).ctx("inspect", source)?.is_dir() {
+            let path = tmp.join("layer.tar");
+            let file = fs::File::create(&path).ctx("create", &path)?;
+            let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
+            builder.follow_symlinks(false);
+            builder.append_dir_all(".", source).ctx("pack", source)?;
+            builder.into_inner().and_then(|mut w| std::io::Write::flush(&mut w)).ctx("write", &path)?;
+            path
+        } else {
+            source.to_path_buf()
+        };
+        let (diff_id, size, compression) = hash_file(&layer)?;
+        if compression != Compression::None {
+            return Err(Error::invalid(
+                format!("root filesystem {}", source.display()),
+                "give a directory or an uncompressed tar",
+            ));
+        }
+        let platform = &self.inner.opts.platform;
+        let config_bytes = serde_json::to_vec(&serde_json::json!({
+            "architecture": platform.architecture,
+            "os": platform.os,
+            "config": {
+                "Entrypoint": config.entrypoint, "Cmd": config.cmd, "Env": config.env,
+                "WorkingDir": config.working_dir, "User": config.user,
+            },
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        }))
+        .expect("json values serialize");
+        let layer_desc = Descriptor {
+            media_type: crate::manifest::OCI_LAYER_TAR.into(),
+            digest: diff_id,
+            size,
+            platform: None,
+            annotations: Default::default(),
+        };
+        let manifest = Manifest {
+            schema_version: 2,
+            media_type: Some(crate::manifest::OCI_MANIFEST.into()),
+            config: descriptor(crate::manifest::OCI_CONFIG, &config_bytes),
+            layers: vec![layer_desc],
+        };
+        let body = serde_json::to_vec(&manifest).expect("manifest serializes");
+        let manifest_digest = digest::sha256(&body);
+        let image = self.install(tag, &manifest_digest, vec![body], &manifest, config_bytes, &[layer])?;
+        info!(reference = %tag, source = %source.display(), "imported root filesystem");
+        Ok(image)
+    }
+
     fn import_dir(&self, dir: &Path, origin: &Path) -> Result<Vec<Image>> {
         let images = if dir.join("manifest.json").is_file() {
             self.import_docker(dir, origin)?

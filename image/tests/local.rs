@@ -129,3 +129,29 @@ fn gc_removes_unused_images_only_above_the_threshold() -> anyhow::Result<()> {
     assert!(kept.layers.iter().all(|l| l.is_dir()));
     Ok(())
 }
+
+#[test]
+fn a_root_filesystem_directory_imports_as_a_one_layer_image() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let rootfs = dir.path().join("rootfs");
+    fs::create_dir_all(rootfs.join("bin"))?;
+    fs::write(rootfs.join("bin/tool"), "#!/bin/sh\n")?;
+    std::os::unix::fs::symlink("tool", rootfs.join("bin/alias"))?;
+    let store = Store::open(dir.path().join("store"), StoreOptions::default())?;
+    let config =
+        kaji_image::ImageConfig { cmd: vec!["/bin/tool".into()], env: vec!["A=1".into()], ..Default::default() };
+
+    let image = store.import_rootfs(&rootfs, "kaji.local/tool:1", &config)?;
+
+    assert_eq!(image.reference, "kaji.local/tool:1");
+    assert_eq!(image.config.cmd, ["/bin/tool"]);
+    assert_eq!(image.layers.len(), 1);
+    assert_eq!(fs::read_to_string(image.layers[0].join("bin/tool"))?, "#!/bin/sh\n");
+    assert_eq!(fs::read_link(image.layers[0].join("bin/alias"))?, std::path::Path::new("tool"), "symlinks stay links");
+    let again = Store::open(dir.path().join("store"), StoreOptions::default())?;
+    assert_eq!(again.get("kaji.local/tool:1")?.map(|i| i.manifest_digest), Some(image.manifest_digest));
+    let gz = dir.path().join("rootfs.tar.gz");
+    fs::write(&gz, kaji_image::testing::tarball::gzip(&layer("data/x", "x")))?;
+    assert!(store.import_rootfs(&gz, "kaji.local/tool:2", &config).is_err(), "compressed tars are refused");
+    Ok(())
+}
