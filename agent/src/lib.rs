@@ -71,6 +71,8 @@ pub struct Config {
     pub server_addr: Option<SocketAddr>,
     /// Subtracted from the measured capacity to give allocatable.
     pub reserved: node::Reserved,
+    /// Thresholds below which the node reports memory, disk or PID pressure.
+    pub eviction_hard: node::Eviction,
     pub max_pods: u32,
     pub insecure_registries: Vec<String>,
     /// Copied into pods as /etc/resolv.conf unless `cluster_dns` is set.
@@ -100,6 +102,7 @@ impl Config {
             shim_binary: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("kaji-agent")),
             server_addr: None,
             reserved: node::Reserved::default(),
+            eviction_hard: node::Eviction::default(),
             max_pods: 110,
             insecure_registries: Vec::new(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
@@ -151,6 +154,23 @@ impl Handle {
         let _ = self.stop.send(true);
         self.wait().await
     }
+}
+
+/// Removes every container, sandbox, volume and pod cgroup this node holds (`kaji lab down`,
+/// decommissioning). The Node object is left to the control plane.
+pub async fn cleanup(config: &Config) -> anyhow::Result<()> {
+    let runtime = runtime::Runtime::new(config)?;
+    let mut uids: std::collections::BTreeSet<String> = runtime.list().into_iter().map(|m| m.pod_uid).collect();
+    for e in std::fs::read_dir(config.pods_dir()).into_iter().flatten().flatten() {
+        uids.insert(e.file_name().to_string_lossy().into_owned());
+    }
+    for uid in &uids {
+        pods::worker::teardown_pod(&runtime, config, uid, &[]).await?;
+    }
+    let kubepods = std::path::Path::new("/").join(config.cgroup_parent.trim_matches('/'));
+    cgroup::remove(&kubepods)?;
+    tracing::info!(pods = uids.len(), "removed every pod from this node");
+    Ok(())
 }
 
 /// Starts the agent: directories, image store, runtime, server, node registration, pod workers.

@@ -34,6 +34,9 @@ struct Args {
     /// Resources held back from pods, e.g. cpu=100m,memory=256Mi,ephemeral-storage=1Gi.
     #[arg(long, default_value = "")]
     reserved: kaji_agent::node::Reserved,
+    /// Pressure thresholds, kubelet's syntax (kind-style labs use nodefs.available<0%).
+    #[arg(long, default_value = "memory.available<100Mi,nodefs.available<10%,pid.available<10%")]
+    eviction_hard: kaji_agent::node::Eviction,
     #[arg(long, default_value_t = 110)]
     max_pods: u32,
     /// Registries (host[:port]) reached over plain HTTP; loopback registries always are.
@@ -74,6 +77,8 @@ enum Command {
         #[command(subcommand)]
         verb: ImageVerb,
     },
+    /// Remove every container, sandbox, volume and pod cgroup of this node (the agent must be stopped).
+    Cleanup,
     #[command(hide = true)]
     Shim {
         #[arg(long)]
@@ -93,8 +98,20 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ImageVerb {
-    /// Import an OCI layout directory or a docker-archive tar.
-    Import { path: PathBuf },
+    /// Import an OCI layout directory or a docker-archive tar; with --tag, a root filesystem
+    /// (directory or plain tar) as a one-layer image, like `docker import`.
+    Import {
+        path: PathBuf,
+        /// Name for a root filesystem import (e.g. kaji.local/busybox:1).
+        #[arg(long)]
+        tag: Option<String>,
+        /// The image's Cmd (repeat for each argument).
+        #[arg(long = "cmd")]
+        cmd: Vec<String>,
+        /// The image's Env (KEY=value, repeatable).
+        #[arg(long = "env")]
+        env: Vec<String>,
+    },
     /// List the images on this node.
     List,
     /// Pull an image into the node's store.
@@ -139,7 +156,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             kaji_image::StoreOptions { insecure_registries: args.insecure_registry.clone(), ..Default::default() },
         )?;
         match verb {
-            ImageVerb::Import { path } => {
+            ImageVerb::Import { path, tag: Some(tag), cmd, env } => {
+                let config = kaji_image::ImageConfig { cmd: cmd.clone(), env: env.clone(), ..Default::default() };
+                let i = store.import_rootfs(path, tag, &config)?;
+                println!("imported {} {}", i.reference, i.manifest_digest);
+            }
+            ImageVerb::Import { path, tag: None, .. } => {
                 for i in store.import(path)? {
                     println!("imported {} {}", i.reference, i.manifest_digest);
                 }
@@ -156,6 +178,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ImageVerb::Remove { reference } => store.remove(reference)?,
         }
         return Ok(());
+    }
+    if let Some(Command::Cleanup) = &args.command {
+        let mut config = kaji_agent::Config::new("cleanup", IpAddr::from([127, 0, 0, 1]), args.root_dir.clone());
+        config.cgroup_parent = args.cgroup_parent.clone();
+        config.shim_binary = std::env::current_exe().context("cannot find own executable")?;
+        return kaji_agent::cleanup(&config).await;
     }
     let node_name = match &args.node_name {
         Some(n) => n.clone(),
@@ -175,6 +203,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.shim_binary = std::env::current_exe().context("cannot find own executable")?;
     config.server_addr = (args.port != 0).then_some(SocketAddr::new(args.address, args.port));
     config.reserved = args.reserved.clone();
+    config.eviction_hard = args.eviction_hard.clone();
     config.max_pods = args.max_pods;
     config.insecure_registries = args.insecure_registry.clone();
     config.cluster_dns = args.cluster_dns.clone();

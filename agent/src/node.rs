@@ -27,6 +27,10 @@ pub enum Error {
     },
     #[error("invalid --reserved entry {0:?}: want cpu=<quantity>, memory=<quantity> or ephemeral-storage=<quantity>")]
     Reserved(String),
+    #[error(
+        "invalid --eviction-hard entry {0:?}: want memory.available|nodefs.available|pid.available<quantity or percent"
+    )]
+    Eviction(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -96,6 +100,66 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (v >= 0.0 && v.is_finite()).then(|| v.ceil() as u64)
 }
 
+/// A hard eviction threshold: below this much available, the node reports pressure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Threshold {
+    Bytes(u64),
+    Percent(f64),
+}
+
+impl Threshold {
+    fn crossed(self, available: u64, capacity: u64) -> bool {
+        match self {
+            Threshold::Bytes(b) => available < b,
+            Threshold::Percent(p) => capacity > 0 && (available as f64) < p / 100.0 * capacity as f64,
+        }
+    }
+}
+
+/// kubelet's `--eviction-hard` signals this agent reports as node conditions; the default is
+/// Kubernetes' `memory.available<100Mi,nodefs.available<10%,pid.available<10%`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Eviction {
+    pub memory_available: Threshold,
+    pub nodefs_available: Threshold,
+    pub pid_available: Threshold,
+}
+
+impl Default for Eviction {
+    fn default() -> Self {
+        Eviction {
+            memory_available: Threshold::Bytes(100 << 20),
+            nodefs_available: Threshold::Percent(10.0),
+            pid_available: Threshold::Percent(10.0),
+        }
+    }
+}
+
+impl std::str::FromStr for Eviction {
+    type Err = Error;
+    /// `signal<quantity|percent>` pairs, comma separated; signals not named keep their default.
+    fn from_str(s: &str) -> Result<Self> {
+        let mut e = Eviction::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || Error::Eviction(part.to_string());
+            let (signal, value) = part.split_once('<').ok_or_else(bad)?;
+            let t = match value.trim().strip_suffix('%') {
+                Some(p) => Threshold::Percent(
+                    p.trim().parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p)).ok_or_else(bad)?,
+                ),
+                None => Threshold::Bytes(parse_bytes(value).ok_or_else(bad)?),
+            };
+            match signal.trim() {
+                "memory.available" => e.memory_available = t,
+                "nodefs.available" | "imagefs.available" => e.nodefs_available = t,
+                "pid.available" => e.pid_available = t,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(e)
+    }
+}
+
 /// What the machine has, measured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Capacity {
@@ -160,12 +224,18 @@ pub struct Pressure {
 }
 
 impl Pressure {
-    /// memory.available < 100Mi, nodefs.available < 10%, pids in use > 90% of pid_max.
+    /// Available memory, root-dir filesystem space and pids against `--eviction-hard`.
     pub fn measure(config: &Config) -> Pressure {
+        let t = &config.eviction_hard;
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let memory = meminfo_kib(&meminfo, "MemAvailable").is_some_and(|kib| kib * 1024 < 100 << 20);
+        let mem_total = meminfo_kib(&meminfo, "MemTotal").unwrap_or(0) * 1024;
+        let memory =
+            meminfo_kib(&meminfo, "MemAvailable").is_some_and(|kib| t.memory_available.crossed(kib * 1024, mem_total));
         let disk = nix::sys::statvfs::statvfs(&config.root_dir)
-            .map(|s| s.blocks() > 0 && (s.blocks_available() as f64) < 0.10 * s.blocks() as f64)
+            .map(|s| {
+                let f = s.fragment_size();
+                t.nodefs_available.crossed(s.blocks_available() * f, s.blocks() * f)
+            })
             .unwrap_or(false);
         let pid_max: u64 =
             std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
@@ -174,7 +244,7 @@ impl Pressure {
                 d.flatten().filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())).count()
             })
             .unwrap_or(0) as u64;
-        let pid = pid_max > 0 && pids * 10 > pid_max * 9;
+        let pid = pid_max > 0 && t.pid_available.crossed(pid_max.saturating_sub(pids), pid_max);
         Pressure { memory, disk, pid }
     }
 }
@@ -447,6 +517,18 @@ mod tests {
         assert_eq!(parse_cpu_millis("1.5"), Some(1500));
         assert_eq!(parse_bytes("1G"), Some(1_000_000_000));
         assert_eq!(parse_bytes("64Mi"), Some(64 << 20));
+    }
+
+    #[test]
+    fn eviction_thresholds_parse_as_kubelet_flags() {
+        let e: Eviction = "memory.available<1Gi, nodefs.available<0%".parse().expect("valid");
+        assert_eq!(e.memory_available, Threshold::Bytes(1 << 30));
+        assert_eq!(e.nodefs_available, Threshold::Percent(0.0));
+        assert_eq!(e.pid_available, Eviction::default().pid_available);
+        assert!("nodefs.available<200%".parse::<Eviction>().is_err());
+        assert!("cpu.available<1".parse::<Eviction>().is_err());
+        assert!(Threshold::Percent(10.0).crossed(5, 100) && !Threshold::Percent(0.0).crossed(0, 100));
+        assert!(Threshold::Bytes(100).crossed(99, 1000) && !Threshold::Bytes(100).crossed(100, 1000));
     }
 
     #[test]

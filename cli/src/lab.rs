@@ -1,8 +1,10 @@
 //! `kaji lab up|status|down`: start the control plane on this machine with the embedded store,
 //! write a kubeconfig, and apply a demo workload.
 //!
-//! Today the lab runs the apiserver, the controller manager and the scheduler; nodes join it
-//! when the agent lands (see README).
+//! The lab runs the apiserver, the controller manager, the scheduler and (as root) one node: a
+//! kaji-agent with its own root directory and cgroup parent, its demo image imported from the
+//! host's busybox so nothing is downloaded. Multi-node labs in network namespaces come with the
+//! pod network (see README).
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
@@ -77,7 +79,104 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
 }
 
 /// The lab's processes, in start order.
-const COMPONENTS: &[&str] = &["apiserver", "controller-manager", "scheduler"];
+const COMPONENTS: &[&str] = &["apiserver", "controller-manager", "scheduler", "agent"];
+
+/// The demo image, imported into the node's store from the host's busybox-static.
+const DEMO_IMAGE: &str = "kaji.local/busybox:lab";
+const NODE_NAME: &str = "kaji-lab-node-1";
+const BUSYBOX: &str = "/bin/busybox";
+
+fn node_dir(dir: &Path) -> PathBuf {
+    dir.join("node-1")
+}
+
+/// A root filesystem with busybox and its applets, /etc/passwd and /etc/group.
+fn busybox_rootfs(root: &Path) -> Result<()> {
+    if !Path::new(BUSYBOX).exists() {
+        bail!("{BUSYBOX} not found: the demo image is built from it (apt-get install busybox-static)");
+    }
+    let _ = std::fs::remove_dir_all(root);
+    for d in ["bin", "etc", "tmp", "proc", "sys", "dev", "root", "www"] {
+        std::fs::create_dir_all(root.join(d))?;
+    }
+    std::fs::copy(BUSYBOX, root.join("bin/busybox"))?;
+    let list = Command::new(BUSYBOX).arg("--list").output().context("busybox --list")?;
+    for applet in String::from_utf8_lossy(&list.stdout).lines().map(str::trim).filter(|a| !a.is_empty()) {
+        if applet != "busybox" {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(applet))?;
+        }
+    }
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+    )?;
+    std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
+    std::fs::write(root.join("www/index.html"), "hello from kaji\n")?;
+    Ok(())
+}
+
+/// Builds and imports the demo image into the node's store, then starts the agent.
+fn start_node(dir: &Path, server: &str, port: u16) -> Result<i32> {
+    let node = node_dir(dir);
+    std::fs::create_dir_all(&node)?;
+    let parent = format!("kaji-lab-{port}");
+    std::fs::write(node.join("cgroup-parent"), &parent)?;
+    let rootfs = dir.join("demo-rootfs");
+    busybox_rootfs(&rootfs)?;
+    let agent = sibling_binary("kaji-agent")?;
+    let out = Command::new(&agent)
+        .arg("--root-dir")
+        .arg(&node)
+        .args(["image", "import", "--tag", DEMO_IMAGE, "--cmd", "sh"])
+        .arg(&rootfs)
+        .output()
+        .context("cannot run kaji-agent image import")?;
+    if !out.status.success() {
+        bail!("importing the demo image failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let _ = std::fs::remove_dir_all(&rootfs);
+    let node_s = node.to_string_lossy().to_string();
+    let agent_port = port.saturating_add(3).to_string();
+    let args: Vec<String> = [
+        "--master",
+        server,
+        "--node-name",
+        NODE_NAME,
+        "--node-ip",
+        "127.0.0.1",
+        "--root-dir",
+        &node_s,
+        "--cgroup-parent",
+        &parent,
+        "--address",
+        "127.0.0.1",
+        "--port",
+        &agent_port,
+        // As kind does: a lab shares the developer's disk, so a nearly full disk must not
+        // taint its only node.
+        "--eviction-hard",
+        "nodefs.available<0%",
+    ]
+    .map(String::from)
+    .to_vec();
+    spawn(dir, "agent", &args)
+}
+
+/// Removes the node's containers, sandboxes, volumes and cgroups (the agent is stopped).
+fn clean_node(dir: &Path) -> Result<()> {
+    let node = node_dir(dir);
+    let Ok(parent) = std::fs::read_to_string(node.join("cgroup-parent")) else { return Ok(()) };
+    let out = Command::new(sibling_binary("kaji-agent")?)
+        .arg("--root-dir")
+        .arg(&node)
+        .args(["--cgroup-parent", parent.trim(), "cleanup"])
+        .output()
+        .context("cannot run kaji-agent cleanup")?;
+    if !out.status.success() {
+        bail!("cleaning up the node failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
 
 fn pid_file(dir: &Path, component: &str) -> PathBuf {
     dir.join(format!("{component}.pid"))
@@ -174,18 +273,26 @@ async fn up(dir: &Path, port: u16, demo: bool) -> Result<()> {
         step(&format!("starting kaji-{c} (metrics on 127.0.0.1:{metrics_port})"), async { spawn(dir, c, &args) })
             .await?;
     }
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        let what = format!("starting kaji-agent as node {NODE_NAME} (server on 127.0.0.1:{})", port.saturating_add(3));
+        step(&what, async { start_node(dir, &server, port) }).await?;
+    }
     if demo {
         step("applying the demo workload (namespace demo: deployment + service hello)", apply_demo(&c)).await?;
     }
     println!(
-        "\nkaji lab is up: apiserver {server} (pid {pid}), controller manager and scheduler; data in {}",
+        "\nkaji lab is up: apiserver {server} (pid {pid}), controller manager, scheduler{}; data in {}",
+        if root { format!(", node {NODE_NAME}") } else { String::new() },
         dir.display()
     );
     println!("  export KUBECONFIG={}", kc.display());
     println!("  kubectl get all -n demo");
     println!("  kaji lab down            # stop it (add --purge to delete its data)");
-    println!("\nNote: this lab has no nodes yet (the node agent is not built), so the demo Deployment's");
-    println!("ReplicaSet and pods are created but stay Pending: `kubectl describe pod -n demo` says why.");
+    if !root {
+        println!("\nNote: nodes need root (namespaces, cgroups, mounts); without one the demo pods stay Pending:");
+        println!("`kubectl describe pod -n demo` says why. Run `kaji lab up` as root to get a node.");
+    }
     Ok(())
 }
 
@@ -196,8 +303,10 @@ async fn apply_demo(c: &kube::Client) -> Result<()> {
         "metadata": {"name": "hello", "labels": {"app": "hello"}},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "hello"}},
                  "template": {"metadata": {"labels": {"app": "hello"}},
-                              "spec": {"containers": [{"name": "hello", "image": "docker.io/library/busybox:1.36",
-                                        "command": ["httpd", "-f", "-p", "8080"], "ports": [{"containerPort": 8080}]}]}}}
+                              "spec": {"terminationGracePeriodSeconds": 5,
+                                       "containers": [{"name": "hello", "image": DEMO_IMAGE,
+                                        "command": ["httpd", "-f", "-v", "-p", "8080", "-h", "/www"],
+                                        "ports": [{"containerPort": 8080}]}]}}}
     }))?;
     create_or_keep(Api::<Deployment>::namespaced(c.clone(), "demo"), deploy).await?;
     let svc: Service = serde_json::from_value(serde_json::json!({
@@ -254,6 +363,13 @@ fn down(dir: &Path, purge: bool) -> Result<()> {
                 eprintln!("{}", if alive(pid, c) { "still running" } else { "done" });
             }
             let _ = std::fs::remove_file(pid_file(dir, c));
+        }
+    }
+    if node_dir(dir).exists() {
+        eprint!("removing the node's containers, sandboxes and cgroups ... ");
+        match clean_node(dir) {
+            Ok(()) => eprintln!("done"),
+            Err(e) => eprintln!("failed: {e:#}"),
         }
     }
     if purge && dir.exists() {

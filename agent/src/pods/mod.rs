@@ -20,6 +20,21 @@ use crate::metrics::Metrics;
 use crate::runtime::{Meta, Runtime};
 use crate::Config;
 
+/// An Event to record about a pod: (pod, warning?, reason, message).
+pub type Event = (Arc<Pod>, bool, &'static str, String);
+
+/// Records events one after another, as they were queued.
+async fn write_events(client: kube::Client, mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) {
+    let recorder = kaji_component::events::Recorder::new(client, "kubelet");
+    while let Some((pod, warning, reason, message)) = rx.recv().await {
+        if warning {
+            recorder.warning(pod.as_ref(), reason, message).await;
+        } else {
+            recorder.normal(pod.as_ref(), reason, message).await;
+        }
+    }
+}
+
 /// What every worker shares.
 pub struct Shared {
     pub client: kube::Client,
@@ -27,7 +42,8 @@ pub struct Shared {
     pub images: kaji_image::Store,
     pub runtime: Runtime,
     pub metrics: Arc<Metrics>,
-    pub recorder: kaji_component::events::Recorder,
+    /// Events go through one writer so they are recorded in the order they happened.
+    pub events: tokio::sync::mpsc::UnboundedSender<Event>,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
     /// The latest pods as the workers last saw them (served on /pods).
     pods: Mutex<HashMap<String, Arc<Pod>>>,
@@ -50,7 +66,8 @@ impl Manager {
         runtime: Runtime,
         metrics: Arc<Metrics>,
     ) -> Manager {
-        let recorder = kaji_component::events::Recorder::new(client.clone(), "kubelet");
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(write_events(client.clone(), rx));
         Manager {
             shared: Arc::new(Shared {
                 client,
@@ -58,7 +75,7 @@ impl Manager {
                 images,
                 runtime,
                 metrics,
-                recorder,
+                events,
                 workers: Mutex::new(HashMap::new()),
                 pods: Mutex::new(HashMap::new()),
             }),

@@ -521,6 +521,7 @@ impl Worker {
         match (policy.as_str(), local) {
             ("Never", Some(i)) | ("IfNotPresent", Some(i)) => {
                 let _ = self.s.images.touch(&i.manifest_digest);
+                self.event_normal(p, "Pulled", format!("Container image \"{reference}\" already present on machine"));
                 return Ok(i);
             }
             ("Never", None) => {
@@ -758,13 +759,11 @@ impl Worker {
     }
 
     fn event_normal(&self, p: &Pod, reason: &'static str, message: String) {
-        let (rec, pod) = (self.s.recorder.clone(), p.clone());
-        tokio::spawn(async move { rec.normal(&pod, reason, message).await });
+        let _ = self.s.events.send((Arc::new(p.clone()), false, reason, message));
     }
 
     fn event_warning(&self, p: &Pod, reason: &'static str, message: String) {
-        let (rec, pod) = (self.s.recorder.clone(), p.clone());
-        tokio::spawn(async move { rec.warning(&pod, reason, message).await });
+        let _ = self.s.events.send((Arc::new(p.clone()), true, reason, message));
     }
 }
 
@@ -791,16 +790,25 @@ fn termination_message(m: &Meta, code: i32) -> Option<String> {
 
 /// Removes everything a pod had on the node: containers, sandbox, cgroup, directory.
 pub async fn teardown(s: &Shared, uid: &str, containers: &[Meta]) -> anyhow::Result<()> {
+    teardown_pod(&s.runtime, &s.config, uid, containers).await
+}
+
+pub async fn teardown_pod(
+    runtime: &crate::runtime::Runtime,
+    config: &crate::Config,
+    uid: &str,
+    containers: &[Meta],
+) -> anyhow::Result<()> {
     let mut ids: Vec<String> = containers.iter().map(|m| m.id.clone()).collect();
-    for m in s.runtime.list() {
+    for m in runtime.list() {
         if m.pod_uid == uid && !ids.contains(&m.id) {
             ids.push(m.id);
         }
     }
     for id in ids {
-        s.runtime.remove(&id).await?;
+        runtime.remove(&id).await?;
     }
-    let dir = PodDir(s.config.pods_dir().join(uid));
+    let dir = PodDir(config.pods_dir().join(uid));
     let sandbox = Sandbox::new(dir.0.join("ns"), Wanted { net: true, ipc: true, uts: true });
     tokio::task::spawn_blocking(move || sandbox.teardown()).await??;
     if let Ok(path) = std::fs::read_to_string(dir.0.join("cgroup")) {
