@@ -1,5 +1,6 @@
 //! kaji-apiserver: a Kubernetes-compatible REST API over a durable store, with a watch cache.
 
+pub mod agent_client;
 pub mod cache;
 pub mod http;
 pub mod metrics;
@@ -24,6 +25,8 @@ pub struct Config {
     /// Store revisions of history kept for watches after compaction.
     pub event_history: u64,
     pub compaction_interval: Duration,
+    /// How long connecting to a node's agent and waiting for its answer to begin may take.
+    pub agent_timeout: Duration,
 }
 
 impl Config {
@@ -36,6 +39,7 @@ impl Config {
             watch_cache_size: 10_000,
             event_history: 100_000,
             compaction_interval: Duration::from_secs(60),
+            agent_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -86,6 +90,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let state = Arc::new(http::AppState {
         registry,
         cache,
+        agents: agent_client::AgentClient::new(config.agent_timeout),
         metrics: metrics::Metrics::default(),
         shutdown: shutdown.clone(),
         advertise: advertise.to_string(),

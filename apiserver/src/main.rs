@@ -30,6 +30,9 @@ struct Args {
     /// Store revisions of event history kept after compaction.
     #[arg(long, default_value_t = 100_000)]
     event_history: u64,
+    /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).
+    #[arg(long, default_value_t = 10)]
+    agent_timeout: u64,
     /// Write the bound address (host:port) to this file once listening.
     #[arg(long)]
     address_file: Option<PathBuf>,
@@ -59,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
     config.service_node_port_range = parse_range(&args.service_node_port_range).context("--service-node-port-range")?;
     config.watch_cache_size = args.watch_cache_size.max(1);
     config.event_history = args.event_history;
+    config.agent_timeout = std::time::Duration::from_secs(args.agent_timeout.max(1));
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;

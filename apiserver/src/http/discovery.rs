@@ -77,7 +77,16 @@ fn sub_verbs(s: Subresource) -> Vec<&'static str> {
     }
 }
 
+/// Subresources served by connecting to a node's agent rather than from the store:
+/// (kind, subresource, verbs). Their response kind is the resource's own, as in Kubernetes.
+const CONNECT_SUBRESOURCES: &[(&str, &str, &[&str])] = &[("Pod", super::logs::SUBRESOURCE, &["get"])];
+
+fn connect_subresources(r: &ResourceInfo) -> impl Iterator<Item = (&'static str, &'static [&'static str])> + '_ {
+    CONNECT_SUBRESOURCES.iter().filter(move |(k, _, _)| *k == r.kind).map(|(_, s, v)| (*s, *v))
+}
+
 fn aggregated_resource(r: &ResourceInfo) -> Value {
+    let own = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let subs: Vec<Value> = r
         .subresources
         .iter()
@@ -85,6 +94,7 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
             let (g, v, k) = sub_kind(r, *s);
             json!({"subresource": s.name(), "responseKind": {"group": g, "version": v, "kind": k}, "verbs": sub_verbs(*s)})
         })
+        .chain(connect_subresources(r).map(|(s, verbs)| json!({"subresource": s, "responseKind": own, "verbs": verbs})))
         .collect();
     let mut v = json!({
         "resource": r.plural,
@@ -171,6 +181,10 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             }
             resources.push(sv);
         }
+        for (s, verbs) in connect_subresources(r) {
+            resources.push(json!({"name": format!("{}/{s}", r.plural), "singularName": "",
+                                  "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs}));
+        }
     }
     let gv = if group.is_empty() { "v1".to_string() } else { format!("{group}/v1") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
@@ -208,6 +222,30 @@ mod tests {
         assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
         let core = aggregated(true, DiscoveryFormat::V2);
         assert_eq!(core["items"][0]["metadata"]["name"], "");
+    }
+
+    #[test]
+    fn both_discovery_forms_list_the_pod_log_subresource() {
+        let core = aggregated(true, DiscoveryFormat::V2);
+        let pods = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .expect("pods");
+        let log = pods["subresources"]
+            .as_array()
+            .expect("subresources")
+            .iter()
+            .find(|s| s["subresource"] == "log")
+            .expect("pods/log");
+        assert_eq!((&log["verbs"], &log["responseKind"]["kind"]), (&json!(["get"]), &json!("Pod")));
+        let legacy = resource_list("", "v1").expect("core list");
+        let log = legacy["resources"].as_array().expect("resources").iter().find(|r| r["name"] == "pods/log");
+        assert_eq!(
+            log,
+            Some(&json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}))
+        );
     }
 
     #[test]

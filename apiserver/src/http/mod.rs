@@ -3,11 +3,13 @@
 pub mod discovery;
 pub mod errors;
 mod lists;
+pub mod logs;
 pub mod openapi;
 pub mod path;
 pub mod table;
 mod watch;
 
+use crate::agent_client::AgentClient;
 use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::registry::{DeleteOptions, FieldValidation, Outcome, PatchType, Registry, ScaleOp, WriteOptions};
@@ -31,6 +33,8 @@ use tracing::Instrument;
 pub struct AppState {
     pub registry: Registry,
     pub cache: Arc<Cache>,
+    /// Reaches the nodes' agents (pods/log).
+    pub agents: AgentClient,
     pub metrics: Metrics,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// host:port clients reach this server at (legacy discovery's serverAddress).
@@ -202,6 +206,8 @@ async fn api(State(s): State<Shared>, method: Method, uri: Uri, headers: HeaderM
         Some(ApiPath::Resource(rp)) => {
             let watch = matches!(uri.query(), Some(q) if q.contains("watch=true") || q.contains("watch=1"));
             let verb = match (&method, rp.name.is_some(), watch) {
+                // Kubernetes counts log reads as CONNECT, like exec and port-forward.
+                (&Method::GET, true, _) if rp.subresource.as_deref() == Some(logs::SUBRESOURCE) => "CONNECT",
                 (&Method::GET, _, true) => "WATCH",
                 (&Method::GET, false, _) => "LIST",
                 (m, _, _) => m.as_str(),
@@ -273,16 +279,24 @@ async fn dispatch(
         }
     };
     let info = lookup(&rp.group, &rp.version, &rp.resource).ok_or_else(not_found)?;
-    let sub = match &rp.subresource {
-        None => None,
-        Some(name) => Some(Subresource::parse(name).filter(|sr| info.has(*sr)).ok_or_else(not_found)?),
-    };
     if !info.namespaced && rp.namespace.is_some() {
         return Err(not_found());
     }
     if info.namespaced && rp.name.is_some() && rp.namespace.is_none() {
         return Err(not_found());
     }
+    if info.kind == "Pod" && rp.subresource.as_deref() == Some(logs::SUBRESOURCE) {
+        return match (method, rp.namespace.as_deref(), rp.name.as_deref()) {
+            (&Method::GET, Some(ns), Some(name)) => logs::serve(s, ns, name, &q).await,
+            _ => Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({method} pods/log)"
+            ))),
+        };
+    }
+    let sub = match &rp.subresource {
+        None => None,
+        Some(name) => Some(Subresource::parse(name).filter(|sr| info.has(*sr)).ok_or_else(not_found)?),
+    };
     resource_request(s, info, &rp, sub, method, &q, headers, &accept, body).await
 }
 

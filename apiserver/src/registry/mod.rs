@@ -1,10 +1,11 @@
 //! The write path shared by every resource: decode, default, validate, allocate, store —
-//! plus the per-kind rules (pods, services, namespaces, scale) in submodules.
+//! plus the per-kind rules (pods, pod logs, services, namespaces, scale) in submodules.
 
 pub mod alloc;
 mod delete;
 pub mod meta;
 mod namespaces;
+pub mod pod_log;
 mod pods;
 mod scale;
 mod services;

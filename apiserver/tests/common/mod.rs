@@ -103,10 +103,14 @@ pub struct Kubectl {
 
 impl Kubectl {
     pub fn new(server: &ApiServer) -> Self {
+        Self::for_url(&server.url())
+    }
+
+    /// kubectl for a server at `url` (e.g. one started in-process).
+    pub fn for_url(url: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let kc = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"{}\"}}\n  name: kaji\ncontexts:\n- context: {{cluster: kaji, user: admin}}\n  name: kaji\ncurrent-context: kaji\nusers:\n- name: admin\n  user: {{}}\n",
-            server.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"{url}\"}}\n  name: kaji\ncontexts:\n- context: {{cluster: kaji, user: admin}}\n  name: kaji\ncurrent-context: kaji\nusers:\n- name: admin\n  user: {{}}\n"
         );
         std::fs::write(dir.path().join("kubeconfig"), kc).expect("write kubeconfig");
         Self { dir }
