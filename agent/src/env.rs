@@ -4,12 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use kube::api::Api;
 
 /// ConfigMaps and Secrets the pod refers to, fetched once per container start (None = missing).
 #[derive(Default, Debug, Clone)]
 pub struct Refs {
+    /// Services whose `*_SERVICE_HOST`/`*_PORT` variables the container gets (service links).
+    pub services: Vec<Service>,
     pub config_maps: HashMap<String, Option<BTreeMap<String, String>>>,
     pub secrets: HashMap<String, Option<BTreeMap<String, Vec<u8>>>>,
 }
@@ -56,6 +58,16 @@ impl Refs {
             }
         }
         let mut refs = Refs::default();
+        if container.is_some() {
+            let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+            if links {
+                refs.services = Api::<Service>::namespaced(client.clone(), &ns).list(&Default::default()).await?.items;
+            }
+            if ns != "default" || !links {
+                let master = Api::<Service>::namespaced(client.clone(), "default").get_opt("kubernetes").await?;
+                refs.services.extend(master);
+            }
+        }
         let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         for name in cms {
             if refs.config_maps.contains_key(&name) {
@@ -177,6 +189,45 @@ pub fn resource_value(
     }
 }
 
+/// kubelet's service links: for every Service with a cluster IP, Docker-link style variables
+/// (`NAME_SERVICE_HOST`, `NAME_SERVICE_PORT[_PORTNAME]`, `NAME_PORT`, `NAME_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`).
+pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut sorted: Vec<&Service> = services.iter().collect();
+    sorted.sort_by_key(|s| s.metadata.name.clone());
+    for svc in sorted {
+        let Some(spec) = &svc.spec else { continue };
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let ports = spec.ports.clone().unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        let name = svc.metadata.name.clone().unwrap_or_default().to_ascii_uppercase().replace('-', "_");
+        out.push((format!("{name}_SERVICE_HOST"), ip.clone()));
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in &ports {
+            if let Some(pn) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((
+                    format!("{name}_SERVICE_PORT_{}", pn.to_ascii_uppercase().replace('-', "_")),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        let proto = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+        out.push((format!("{name}_PORT"), format!("{}://{ip}:{}", proto(first).to_ascii_lowercase(), first.port)));
+        for p in &ports {
+            let pr = proto(p);
+            let prefix = format!("{name}_PORT_{}_{}", p.port, pr.to_ascii_uppercase());
+            out.push((prefix.clone(), format!("{}://{ip}:{}", pr.to_ascii_lowercase(), p.port)));
+            out.push((format!("{prefix}_PROTO"), pr.to_ascii_lowercase()));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.clone()));
+        }
+    }
+    out
+}
+
 /// Expands `$(NAME)` from `vars`; `$$` is a literal `$`; unknown references stay as written.
 pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
     let mut out = String::with_capacity(input.len());
@@ -236,6 +287,9 @@ pub fn build(
     for kv in image_env {
         let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
         set(&mut order, &mut vars, k.to_string(), v.to_string());
+    }
+    for (k, v) in service_env(&refs.services) {
+        set(&mut order, &mut vars, k, v);
     }
     for from in container.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
@@ -399,6 +453,26 @@ mod tests {
                 "MEM=64"
             ]
         );
+    }
+
+    #[test]
+    fn services_become_link_variables_as_kubelet_writes_them() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "my-db"},
+            "spec": {"clusterIP": "10.96.0.7", "ports": [{"name": "sql", "port": 5432, "protocol": "TCP"}]}
+        }))
+        .expect("valid");
+        let headless: Service = serde_json::from_value(json!({
+            "metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}
+        }))
+        .expect("valid");
+        let env: HashMap<String, String> = service_env(&[svc, headless]).into_iter().collect();
+        assert_eq!(env["MY_DB_SERVICE_HOST"], "10.96.0.7");
+        assert_eq!(env["MY_DB_SERVICE_PORT"], "5432");
+        assert_eq!(env["MY_DB_SERVICE_PORT_SQL"], "5432");
+        assert_eq!(env["MY_DB_PORT"], "tcp://10.96.0.7:5432");
+        assert_eq!(env["MY_DB_PORT_5432_TCP_ADDR"], "10.96.0.7");
+        assert!(!env.keys().any(|k| k.starts_with("H_")), "headless services get no variables");
     }
 
     #[test]

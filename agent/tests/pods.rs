@@ -54,7 +54,7 @@ async fn a_pod_runs_with_init_containers_env_volumes_and_logs_then_leaves_nothin
         ],
         "containers": [{
             "name": "app",
-            "command": ["sh", "-c", "cat /work/order; echo \"greeting=$GREETING pod=$POD_NAME pw=$PW msg=$MSG\"; cat /cfg/conf/file.txt; echo; cat /info/labels; echo; echo host=$(hostname); echo err >&2; exec sleep 3600"],
+            "command": ["sh", "-c", "cat /work/order; echo \"greeting=$GREETING pod=$POD_NAME pw=$PW msg=$MSG\"; cat /cfg/conf/file.txt; echo; cat /info/labels; echo; echo ksh=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT; echo host=$(hostname); echo err >&2; exec sleep 3600"],
             "env": [
                 {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
                 {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
@@ -100,6 +100,8 @@ async fn a_pod_runs_with_init_containers_env_volumes_and_logs_then_leaves_nothin
     assert_eq!(&lines[..2], ["first", "second"], "init containers ran in order: {log}");
     assert!(log.contains("greeting=from-configmap pod=web pw=sekret msg=hi-web"), "{log}");
     assert!(log.contains("file-content") && log.contains("host=web") && log.contains("err"), "{log}");
+    let ksh = lines.iter().find_map(|l| l.strip_prefix("ksh=")).unwrap_or_default();
+    assert!(ksh.starts_with("10.") && ksh.ends_with(":443"), "service links for the kubernetes Service: {log}");
     let (_, tail) = node.get("/containerLogs/default/web/app?tailLines=1&timestamps=true").await?;
     assert_eq!(tail.lines().count(), 1);
     assert!(tail.contains("Z ") && tail.trim_end().ends_with("host=web") || tail.contains("err"), "{tail}");
