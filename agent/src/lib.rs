@@ -8,6 +8,7 @@ pub mod http;
 pub mod logs;
 pub mod metrics;
 pub mod node;
+pub mod probes;
 pub mod pods;
 pub mod runtime;
 pub mod sandbox;

@@ -276,3 +276,44 @@ async fn containers_survive_an_agent_restart_and_deletion_honours_the_grace_peri
     assert_eq!(node.leftovers(), Vec::<String>::new());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_gate_readiness_and_restart_unhealthy_containers() -> anyhow::Result<()> {
+    let node = Node::start().await?;
+    // Serves only after a delay: Running first, Ready only once the HTTP probe answers.
+    node.pod(
+        "web",
+        json!({"containers": [{"name": "c",
+        "command": ["sh", "-c", "mkdir -p /www; echo ok > /www/index.html; sleep 2; exec httpd -f -p 8080 -h /www"],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/index.html", "port": "http"}, "periodSeconds": 1}}]}),
+    )
+    .await?;
+    // Nothing listens on 9: liveness fails, the container is killed and restarted.
+    node.pod(
+        "sick",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "c",
+        "command": ["sleep", "3600"],
+        "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2}}]}),
+    )
+    .await?;
+
+    let running = node.wait_pod("web", "Running", |p| phase(p) == "Running").await?;
+    assert_eq!(container(&running, "c").map(|c| c.ready), Some(false), "not ready before the probe passes");
+    node.wait_pod("web", "Ready", |p| container(p, "c").is_some_and(|c| c.ready)).await?;
+    let p = node.wait_pod("sick", "restarted", |p| container(p, "c").is_some_and(|c| c.restart_count >= 1)).await?;
+    assert_eq!(phase(&p), "Running");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(node.client.clone(), "default");
+    let list = events.list(&Default::default()).await?;
+    let unhealthy = list
+        .items
+        .iter()
+        .find(|e| e.involved_object.name.as_deref() == Some("sick") && e.reason.as_deref() == Some("Unhealthy"));
+    let msg = unhealthy.and_then(|e| e.message.clone()).unwrap_or_default();
+    assert!(msg.starts_with("Liveness probe failed: dial tcp 127.0.0.1:9"), "{msg}");
+    for name in ["web", "sick"] {
+        node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
+        node.wait_gone(name).await?;
+    }
+    Ok(())
+}

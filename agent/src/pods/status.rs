@@ -39,6 +39,9 @@ pub struct View {
     pub previous: Option<Run>,
     /// Why it is not running now (ContainerCreating, ErrImagePull, CrashLoopBackOff...).
     pub waiting: Option<(String, String)>,
+    /// Readiness and startup probes passed (true for a container without them).
+    pub probes_ready: bool,
+    pub probes_started: bool,
 }
 
 fn time(t: Option<jiff::Timestamp>) -> Option<Time> {
@@ -102,8 +105,8 @@ pub fn container_status(v: &View) -> ContainerStatus {
         image: v.image.clone(),
         image_id: v.current.as_ref().map(|r| r.image_id.clone()).unwrap_or_default(),
         container_id: v.current.as_ref().map(|r| format!("kaji://{}", r.id)),
-        ready: running,
-        started: Some(running),
+        ready: running && v.probes_ready && v.probes_started,
+        started: Some(running && v.probes_started),
         restart_count: v.current.as_ref().map(|r| r.restart_count as i32).unwrap_or(0),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
@@ -282,6 +285,8 @@ mod tests {
             current,
             previous,
             waiting: waiting.map(|(r, m)| (r.to_string(), m.to_string())),
+            probes_ready: true,
+            probes_started: true,
         }
     }
 
@@ -361,6 +366,17 @@ mod tests {
         let ok_init = [view("i", Some(run("i1", 0, Some(0))), None, None)];
         let s = pod_status(&facts(&p), &ok_init, &[view("a", Some(run("c", 0, None)), None, None)]);
         assert_eq!((s.phase.as_deref(), cond(&s, "Initialized").status.as_str()), (Some("Running"), "True"));
+    }
+
+    #[test]
+    fn a_running_container_failing_readiness_is_not_ready() {
+        let p = pod("Always");
+        let mut v = view("a", Some(run("c1", 0, None)), None, None);
+        v.probes_ready = false;
+        let s = pod_status(&facts(&p), &[], &[v]);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert!(!s.container_statuses.as_ref().expect("statuses")[0].ready);
+        assert_eq!(cond(&s, "Ready").status, "False");
     }
 
     #[test]

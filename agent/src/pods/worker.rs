@@ -48,6 +48,9 @@ pub struct Worker {
     terminated: bool,
     reported_running: bool,
     first_seen: std::time::Instant,
+    /// Probe results by container id, written by the probers.
+    probes: crate::probes::Results,
+    probing: HashSet<String>,
 }
 
 fn pod_key(p: &Pod) -> String {
@@ -103,6 +106,8 @@ impl Worker {
             terminated: false,
             reported_running: false,
             first_seen: std::time::Instant::now(),
+            probes: Default::default(),
+            probing: HashSet::new(),
         }
     }
 
@@ -277,6 +282,7 @@ impl Worker {
                     Some((m, RunState::Running)) => {
                         self.waiting.remove(&c.name);
                         self.watch_exit(&m.id);
+                        self.ensure_prober(p, c, &m.id, sandbox.netns());
                     }
                     Some((m, RunState::Exited(code))) => {
                         let again = match policy.as_str() {
@@ -484,6 +490,9 @@ impl Worker {
         self.event_normal(p, "Started", format!("Started container {}", c.name));
         self.containers.push(meta);
         self.watch_exit(&id);
+        if !init {
+            self.ensure_prober(p, c, &id, ctx.sandbox.netns());
+        }
         self.gc_runs(&c.name).await;
         Ok(())
     }
@@ -625,8 +634,42 @@ impl Worker {
                 current: self.latest(&c.name).map(|m| self.run_of(m)),
                 previous: self.previous(&c.name).map(|m| self.run_of(m)),
                 waiting: self.waiting.get(&c.name).cloned(),
+                probes_ready: self.probe_state(&c.name).is_none_or(|s| s.ready),
+                probes_started: self.probe_state(&c.name).is_none_or(|s| s.started),
             })
             .collect()
+    }
+
+    fn probe_state(&self, name: &str) -> Option<crate::probes::ProbeState> {
+        let id = &self.latest(name)?.id;
+        self.probes.lock().ok()?.get(id).copied()
+    }
+
+    /// Starts the prober of a running container that has probes (once per container).
+    fn ensure_prober(&mut self, p: &Pod, c: &Container, id: &str, netns: Option<PathBuf>) {
+        if c.readiness_probe.is_none() && c.liveness_probe.is_none() && c.startup_probe.is_none() {
+            return;
+        }
+        if !self.probing.insert(id.to_string()) {
+            return;
+        }
+        if let Ok(mut r) = self.probes.lock() {
+            r.entry(id.to_string()).or_insert(crate::probes::ProbeState {
+                ready: c.readiness_probe.is_none(),
+                started: c.startup_probe.is_none(),
+            });
+        }
+        let prober = Prober {
+            s: self.s.clone(),
+            pod: Arc::new(p.clone()),
+            c: c.clone(),
+            id: id.to_string(),
+            netns,
+            results: self.probes.clone(),
+            wake: self.wake.clone(),
+            stop: self.stop.clone(),
+        };
+        tokio::spawn(prober.run());
     }
 
     fn run_of(&self, m: &Meta) -> Run {
@@ -764,6 +807,162 @@ impl Worker {
 
     fn event_warning(&self, p: &Pod, reason: &'static str, message: String) {
         let _ = self.s.events.send((Arc::new(p.clone()), true, reason, message));
+    }
+}
+
+/// Runs one container's startup, liveness and readiness probes until it stops running.
+struct Prober {
+    s: Arc<Shared>,
+    pod: Arc<Pod>,
+    c: Container,
+    id: String,
+    netns: Option<PathBuf>,
+    results: crate::probes::Results,
+    wake: Arc<Notify>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Prober {
+    fn update(&self, f: impl FnOnce(&mut crate::probes::ProbeState)) {
+        if let Ok(mut r) = self.results.lock() {
+            if let Some(st) = r.get_mut(&self.id) {
+                f(st);
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    fn alive(&self) -> bool {
+        matches!(self.s.runtime.state(&self.id).map(|s| s.status), Ok(kaji_runtime::Status::Running))
+    }
+
+    fn event(&self, warning: bool, reason: &'static str, message: String) {
+        let _ = self.s.events.send((self.pod.clone(), warning, reason, message));
+    }
+
+    async fn run(self) {
+        use crate::probes::{Counter, Outcome};
+        let t0 = Instant::now();
+        let due = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+            p.as_ref().map(|p| t0 + Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64))
+        };
+        let period =
+            |p: &k8s_openapi::api::core::v1::Probe| Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
+        let (mut next_startup, mut next_live, mut next_ready) =
+            (due(&self.c.startup_probe), due(&self.c.liveness_probe), due(&self.c.readiness_probe));
+        let (mut startup, mut live, mut ready) = (Counter::default(), Counter::default(), Counter::default());
+        let mut started = self.c.startup_probe.is_none();
+        let mut warned = false;
+        let mut stop = self.stop.clone();
+        loop {
+            if *stop.borrow() || !self.alive() {
+                break;
+            }
+            let now = Instant::now();
+            let check = |probe: &k8s_openapi::api::core::v1::Probe, next: &mut Option<Instant>| {
+                let run = next.is_some_and(|t| t <= now);
+                if run {
+                    *next = Some(now + period(probe));
+                }
+                run
+            };
+            let mut results: Vec<(&'static str, Outcome)> = Vec::new();
+            if !started {
+                if let Some(p) = self.c.startup_probe.as_ref().filter(|p| check(p, &mut next_startup)) {
+                    results.push(("Startup", crate::probes::run(p, &self.c, self.netns.clone()).await));
+                }
+            } else {
+                if let Some(p) = self.c.liveness_probe.as_ref().filter(|p| check(p, &mut next_live)) {
+                    results.push(("Liveness", crate::probes::run(p, &self.c, self.netns.clone()).await));
+                }
+                if let Some(p) = self.c.readiness_probe.as_ref().filter(|p| check(p, &mut next_ready)) {
+                    results.push(("Readiness", crate::probes::run(p, &self.c, self.netns.clone()).await));
+                }
+            }
+            for (kind, outcome) in results {
+                let (ok, why) = match outcome {
+                    Outcome::Success => (true, String::new()),
+                    Outcome::Unsupported(why) => {
+                        if !warned {
+                            warned = true;
+                            self.event(
+                                true,
+                                "ProbeWarning",
+                                format!("{kind} probe not run, counted as passing: {why}"),
+                            );
+                        }
+                        (true, String::new())
+                    }
+                    Outcome::Failure(why) => {
+                        self.event(true, "Unhealthy", format!("{kind} probe failed: {why}"));
+                        (false, why)
+                    }
+                };
+                let probe = match kind {
+                    "Startup" => self.c.startup_probe.as_ref(),
+                    "Liveness" => self.c.liveness_probe.as_ref(),
+                    _ => self.c.readiness_probe.as_ref(),
+                };
+                let (st, ft) = probe
+                    .map(|p| (p.success_threshold.unwrap_or(1), p.failure_threshold.unwrap_or(3)))
+                    .unwrap_or((1, 3));
+                let counter = match kind {
+                    "Startup" => &mut startup,
+                    "Liveness" => &mut live,
+                    _ => &mut ready,
+                };
+                match (kind, counter.record(ok, st, ft)) {
+                    ("Startup", Some(true)) => {
+                        started = true;
+                        next_live = due(&self.c.liveness_probe).map(|t| t.max(Instant::now()));
+                        next_ready = due(&self.c.readiness_probe).map(|t| t.max(Instant::now()));
+                        self.update(|s| s.started = true);
+                    }
+                    ("Readiness", Some(r)) => self.update(|s| s.ready = r),
+                    ("Startup" | "Liveness", Some(false)) => {
+                        tracing::info!(container = %self.c.name, reason = %why, "{kind} probe failed; restarting");
+                        self.event(
+                            false,
+                            "Killing",
+                            format!(
+                                "Container {} failed {} probe, will be restarted",
+                                self.c.name,
+                                kind.to_lowercase()
+                            ),
+                        );
+                        self.kill().await;
+                        return self.forget();
+                    }
+                    _ => {}
+                }
+            }
+            let next = [next_startup, next_live, next_ready].into_iter().flatten().min();
+            let sleep = next.map(|t| t.saturating_duration_since(Instant::now())).unwrap_or(Duration::from_secs(1));
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                _ = tokio::time::sleep(sleep.min(Duration::from_secs(1))) => {}
+            }
+        }
+        self.forget();
+    }
+
+    fn forget(&self) {
+        if let Ok(mut r) = self.results.lock() {
+            r.remove(&self.id);
+        }
+    }
+
+    /// SIGTERM, the pod's grace period, SIGKILL.
+    async fn kill(&self) {
+        let grace = self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30).max(0) as u64;
+        let _ = self.s.runtime.kill(&self.id, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(grace);
+        while self.alive() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if self.alive() {
+            let _ = self.s.runtime.kill(&self.id, Signal::SIGKILL);
+        }
     }
 }
 
