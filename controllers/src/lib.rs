@@ -1,5 +1,6 @@
-//! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints and
-//! EndpointSlice loops on `kube::runtime::Controller`, over shared caches, behind an optional Lease.
+//! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
+//! node lifecycle and node IPAM loops on `kube::runtime::Controller`, over shared caches, behind an
+//! optional Lease.
 
 pub mod deployment;
 pub mod endpoints;
@@ -10,6 +11,8 @@ pub mod informer;
 pub use kaji_component::leader;
 pub mod meta;
 pub mod metrics;
+pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod replicaset;
 pub mod shared;
 
@@ -18,7 +21,8 @@ use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use std::net::SocketAddr;
@@ -40,15 +44,32 @@ pub enum Error {
     CacheSync,
     #[error("controller manager task failed")]
     Join(#[source] tokio::task::JoinError),
+    #[error("invalid node IPAM settings")]
+    NodeIpam(#[source] nodeipam::cidr::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Config {
     pub leader_election: Option<LeaderElection>,
     /// Where to serve /healthz and /metrics (port 0 picks one); `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
+    /// Node health timing and the eviction rate.
+    pub node_lifecycle: nodelifecycle::Settings,
+    /// Pod CIDR allocation (`--allocate-node-cidrs`); `None` turns the node IPAM controller off.
+    pub node_ipam: Option<nodeipam::Settings>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            leader_election: None,
+            metrics_addr: None,
+            node_lifecycle: nodelifecycle::Settings::default(),
+            node_ipam: Some(nodeipam::Settings::default()),
+        }
+    }
 }
 
 /// A running controller manager.
@@ -79,6 +100,9 @@ impl Handle {
 
 /// Starts the manager: metrics server, leader election (if configured), caches, controllers.
 pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
+    if let Some(ipam) = &config.node_ipam {
+        ipam.check().map_err(Error::NodeIpam)?;
+    }
     let metrics = Arc::new(Metrics::default());
     let (stop, stop_rx) = watch::channel(false);
     let metrics_addr = match config.metrics_addr {
@@ -101,7 +125,7 @@ async fn run(
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
-    let work = controllers(client.clone(), metrics, stop.clone());
+    let work = controllers(client.clone(), &config, metrics, stop.clone());
     match leader::while_leading(&client, config.leader_election.as_ref(), &mut stop, work).await {
         leader::Led::Stopped => Ok(()),
         leader::Led::Done(r) => r,
@@ -110,7 +134,12 @@ async fn run(
 }
 
 /// Starts the caches, waits for them to sync, then runs every controller until `stop`.
-async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::Receiver<bool>) -> Result<()> {
+async fn controllers(
+    client: kube::Client,
+    config: &Config,
+    metrics: Arc<Metrics>,
+    stop: watch::Receiver<bool>,
+) -> Result<()> {
     let shared = || Shared::new(client.clone(), metrics.clone());
     let mut pods = Informer::<Pod>::new(Api::all(client.clone()));
     let mut sets = Informer::<ReplicaSet>::new(Api::all(client.clone()));
@@ -142,10 +171,17 @@ async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::R
         slices: slices.store(),
     });
     let es_triggers = (services.subscribe(), pods.subscribe(), slices.subscribe());
+    let mut nodes = Informer::<Node>::new(Api::all(client.clone()));
+    let mut leases = Informer::<Lease>::new(Api::namespaced(client.clone(), nodelifecycle::LEASE_NAMESPACE));
+    let nl_ctx =
+        Arc::new(nodelifecycle::Ctx::new(shared(), config.node_lifecycle, nodes.store(), leases.store(), pods.store()));
+    let nl_triggers = (nodes.subscribe(), leases.subscribe(), pods.subscribe());
+    let ipam_triggers = config.node_ipam.map(|settings| (settings, nodes.subscribe(), nodes.subscribe_deleted()));
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
         let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
+        let (n, l) = (nodes.store(), leases.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -153,6 +189,8 @@ async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::R
                 && svc.wait_until_ready().await.is_ok()
                 && ep.wait_until_ready().await.is_ok()
                 && es.wait_until_ready().await.is_ok()
+                && n.wait_until_ready().await.is_ok()
+                && l.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -161,12 +199,22 @@ async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::R
     services.spawn(stop.clone());
     endpoints.spawn(stop.clone());
     slices.spawn(stop.clone());
+    let node_store = nodes.store();
+    nodes.spawn(stop.clone());
+    leases.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     tokio::select! {
         _ = stop_wait.wait_for(|s| *s) => return Ok(()),
         ok = stores_ready => if !ok { return Err(Error::CacheSync) },
     }
     tracing::info!("caches synced; starting controllers");
+    let ipam = match ipam_triggers {
+        Some((settings, triggers, deleted)) => {
+            let ctx = nodeipam::Ctx::new(shared(), settings, node_store).map_err(Error::NodeIpam)?;
+            Some((Arc::new(ctx), triggers, deleted))
+        }
+        None => None,
+    };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -175,6 +223,12 @@ async fn controllers(client: kube::Client, metrics: Arc<Metrics>, stop: watch::R
         deployment::run(d_ctx, d_triggers.0, d_triggers.1, stopped(stop.clone())),
         endpoints::run(ep_ctx, ep_triggers.0, ep_triggers.1, ep_triggers.2, stopped(stop.clone())),
         endpoints::slice::run(es_ctx, es_triggers.0, es_triggers.1, es_triggers.2, stopped(stop.clone())),
+        nodelifecycle::run(nl_ctx, nl_triggers.0, nl_triggers.1, nl_triggers.2, stopped(stop.clone())),
+        async {
+            if let Some((ctx, triggers, deleted)) = ipam {
+                nodeipam::run(ctx, triggers, deleted, stopped(stop.clone())).await;
+            }
+        },
     );
     Ok(())
 }

@@ -1,9 +1,12 @@
 //! kaji-controller-manager: parse flags, install tracing, run the controllers until SIGTERM/SIGINT.
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
+use kaji_controllers::nodeipam::cidr::Cidr;
+use kaji_controllers::nodelifecycle::health::Grace;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
-/// kaji's controller manager: the ReplicaSet and Deployment loops.
+/// kaji's controller manager: the workload, endpoints, node lifecycle and node IPAM loops.
 #[derive(Parser, Debug)]
 #[command(name = "kaji-controller-manager", version)]
 struct Args {
@@ -22,6 +25,41 @@ struct Args {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
+    /// How long a node may go without renewing its Lease or posting status before it is Unknown.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+    /// How long a node that never posted status may stay silent after it registered.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    node_startup_grace_period: Duration,
+    /// How often every node's health is checked.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: Duration,
+    /// Nodes per second whose pods may start being evicted (0 stops evictions).
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
+    /// Give every node a pod CIDR out of --cluster-cidr.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// The pod network that node pod CIDRs are cut from.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: Cidr,
+    /// The prefix length of each node's pod CIDR.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+}
+
+/// "500ms", "1s", "2m", "1h" or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
 #[tokio::main]
@@ -32,6 +70,15 @@ async fn main() -> anyhow::Result<()> {
     let config = kaji_controllers::Config {
         leader_election,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
+        node_lifecycle: kaji_controllers::nodelifecycle::Settings {
+            grace: Grace { monitor: args.node_monitor_grace_period, startup: args.node_startup_grace_period },
+            period: args.node_monitor_period,
+            eviction_rate: args.node_eviction_rate,
+        },
+        node_ipam: args.allocate_node_cidrs.then_some(kaji_controllers::nodeipam::Settings {
+            cluster_cidr: args.cluster_cidr,
+            node_mask_size: args.node_cidr_mask_size,
+        }),
     };
     let handle = kaji_controllers::start(args.api.client().await?, config).await?;
     let stop = handle.stopper();
@@ -39,4 +86,30 @@ async fn main() -> anyhow::Result<()> {
     handle.wait().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_flags_default_as_kubernetes_and_parse() {
+        let args = Args::parse_from(["kaji-controller-manager"]);
+        assert_eq!(args.node_monitor_grace_period, Duration::from_secs(40));
+        assert_eq!(args.node_monitor_period, Duration::from_secs(5));
+        assert!(args.allocate_node_cidrs);
+        assert_eq!(args.cluster_cidr.to_string(), "10.244.0.0/16");
+        let args = Args::parse_from([
+            "kaji-controller-manager",
+            "--node-monitor-grace-period=2s",
+            "--allocate-node-cidrs=false",
+            "--cluster-cidr=10.1.0.0/20",
+            "--node-cidr-mask-size=26",
+        ]);
+        assert_eq!(args.node_monitor_grace_period, Duration::from_secs(2));
+        assert!(!args.allocate_node_cidrs);
+        assert_eq!((args.cluster_cidr.to_string(), args.node_cidr_mask_size), ("10.1.0.0/20".into(), 26));
+        assert!(Args::try_parse_from(["kaji-controller-manager", "--cluster-cidr=10.1.0.0"]).is_err());
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    }
 }

@@ -280,16 +280,36 @@ pub(super) fn validate_node(node: &Value, out: &mut Vec<Cause>) {
             out.push(c);
         }
     }
-    for (i, cidr) in strs(spec, "podCIDRs").iter().enumerate() {
+    let cidrs = strs(spec, "podCIDRs");
+    for (i, cidr) in cidrs.iter().enumerate() {
         if !valid_cidr(cidr) {
             out.push(Cause::invalid(format!("spec.podCIDRs[{i}]"), cidr, CIDR_MSG));
         }
     }
+    let single = st(spec, "podCIDR");
+    match cidrs.first() {
+        _ if single.is_empty() => {}
+        None if !valid_cidr(single) => out.push(Cause::invalid("spec.podCIDR", single, CIDR_MSG)),
+        Some(first) if first != single => {
+            out.push(Cause::invalid("spec.podCIDR", single, "must be the first element of spec.podCIDRs"))
+        }
+        _ => {}
+    }
+}
+
+/// A node's pod CIDRs as Kubernetes reads them: `podCIDRs`, or else the single `podCIDR` (which
+/// the v1 conversion turns into a one-element `podCIDRs`).
+fn pod_cidrs(spec: &Value) -> Vec<String> {
+    let list = strs(spec, "podCIDRs");
+    match st(spec, "podCIDR") {
+        single if list.is_empty() && !single.is_empty() => vec![single.to_string()],
+        _ => list,
+    }
 }
 
 pub(super) fn validate_node_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
-    let old_cidrs = strs(old, "podCIDRs");
-    if !old_cidrs.is_empty() && strs(new, "podCIDRs") != old_cidrs {
+    let old_cidrs = pod_cidrs(old);
+    if !old_cidrs.is_empty() && pod_cidrs(new) != old_cidrs {
         out.push(Cause::forbidden("spec.podCIDRs", "node updates may not change podCIDR except from \"\" to valid"));
     }
     let old_provider = st(old, "providerID");
@@ -380,6 +400,26 @@ mod tests {
         let e =
             json!({"metadata": {"name": "e.1", "namespace": "a"}, "involvedObject": {"kind": "Pod", "namespace": "b"}});
         assert_eq!(fields(&validate_create("Event", &e)), vec!["involvedObject.namespace"]);
+    }
+
+    #[test]
+    fn node_pod_cidrs_are_set_once_through_either_field() {
+        let node = |spec: Value| json!({"metadata": {"name": "n1"}, "spec": spec});
+        let unset = node(json!({}));
+        let both = node(json!({"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}));
+        let single = node(json!({"podCIDR": "10.244.1.0/24"}));
+        assert!(validate_update("Node", &both, &unset).is_empty(), "setting it once is allowed");
+        assert!(validate_update("Node", &single, &unset).is_empty());
+        assert!(validate_update("Node", &both, &single).is_empty(), "podCIDRs catching up with podCIDR");
+        assert!(validate_update("Node", &both, &both).is_empty());
+        let changed = node(json!({"podCIDR": "10.244.2.0/24", "podCIDRs": ["10.244.2.0/24"]}));
+        assert_eq!(fields(&validate_update("Node", &changed, &both)), vec!["spec.podCIDRs"]);
+        let changed_single = node(json!({"podCIDR": "10.244.2.0/24"}));
+        assert_eq!(fields(&validate_update("Node", &changed_single, &single)), vec!["spec.podCIDRs"]);
+        assert_eq!(fields(&validate_update("Node", &unset, &both)), vec!["spec.podCIDRs"], "nor unset");
+        let mismatched = node(json!({"podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.1.0/24"]}));
+        assert_eq!(fields(&validate_update("Node", &mismatched, &both)), vec!["spec.podCIDR"]);
+        assert_eq!(fields(&validate_create("Node", &node(json!({"podCIDR": "10.244.1.0/33"})))), vec!["spec.podCIDR"]);
     }
 
     #[test]

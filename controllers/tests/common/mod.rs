@@ -29,10 +29,12 @@ impl Cluster {
     }
 
     pub async fn manager(&self) -> anyhow::Result<kaji_controllers::Handle> {
-        let config = kaji_controllers::Config {
-            metrics_addr: Some("127.0.0.1:0".parse()?),
-            ..kaji_controllers::Config::default()
-        };
+        self.manager_with(kaji_controllers::Config::default()).await
+    }
+
+    /// A manager with `config` (metrics always served on a free port).
+    pub async fn manager_with(&self, config: kaji_controllers::Config) -> anyhow::Result<kaji_controllers::Handle> {
+        let config = kaji_controllers::Config { metrics_addr: Some("127.0.0.1:0".parse()?), ..config };
         Ok(kaji_controllers::start(self.client.clone(), config).await?)
     }
 
@@ -111,6 +113,22 @@ impl Cluster {
         within(self.server.shutdown()).await??;
         Ok(())
     }
+}
+
+/// The manager's /metrics text.
+pub async fn metrics(handle: &kaji_controllers::Handle) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = handle.metrics_addr.context("metrics are served")?;
+    let mut stream = within(tokio::net::TcpStream::connect(addr)).await??;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await?;
+    let mut body = String::new();
+    within(stream.read_to_string(&mut body)).await??;
+    Ok(body)
+}
+
+/// The value of one sample line (`name{labels}`) in Prometheus text, 0 when absent.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
 
 pub async fn within<F: Future>(f: F) -> anyhow::Result<F::Output> {
