@@ -73,7 +73,8 @@ impl LeaderArgs {
 
 /// Install the tracing subscriber (`RUST_LOG`, default info; JSON lines if asked).
 pub fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,libcgroups=error".into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,libcgroups=error".into());
     if json {
         tracing_subscriber::fmt().with_env_filter(filter).json().init();
     } else {

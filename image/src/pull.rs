@@ -83,27 +83,32 @@ impl Store {
         let _pins = self.pin(&diff_ids);
         // Collected first: a lazy `Map` with a borrowing closure held across the await makes the
         // pull future fail rustc's `Send` check (callers spawn it on tokio).
-        let jobs: Vec<_> = manifest.layers.iter().zip(&diff_ids).map(|(desc, diff_id)| {
-            let session = &session;
-            async move {
-                if self.layer_dir(diff_id).is_dir() {
-                    return Ok::<_, Error>(0);
-                }
-                let tmp = self.tmp_path("blob");
-                let downloaded = session.blob_to_file(desc, &tmp).await;
-                let result = match downloaded {
-                    Ok(()) => {
-                        let (store, blob, diff_id) = (self.clone(), tmp.clone(), diff_id.clone());
-                        tokio::task::spawn_blocking(move || store.install_layer(&blob, &diff_id))
-                            .await
-                            .map_err(|e| Error::invalid("layer unpacking task", e))?
+        let jobs: Vec<_> = manifest
+            .layers
+            .iter()
+            .zip(&diff_ids)
+            .map(|(desc, diff_id)| {
+                let session = &session;
+                async move {
+                    if self.layer_dir(diff_id).is_dir() {
+                        return Ok::<_, Error>(0);
                     }
-                    Err(e) => Err(e),
-                };
-                let _ = tokio::fs::remove_file(&tmp).await;
-                Ok(result?.unwrap_or(0))
-            }
-        }).collect();
+                    let tmp = self.tmp_path("blob");
+                    let downloaded = session.blob_to_file(desc, &tmp).await;
+                    let result = match downloaded {
+                        Ok(()) => {
+                            let (store, blob, diff_id) = (self.clone(), tmp.clone(), diff_id.clone());
+                            tokio::task::spawn_blocking(move || store.install_layer(&blob, &diff_id))
+                                .await
+                                .map_err(|e| Error::invalid("layer unpacking task", e))?
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                    Ok(result?.unwrap_or(0))
+                }
+            })
+            .collect();
         let sizes: Vec<u64> =
             stream::iter(jobs).buffered(self.inner.opts.max_concurrent_downloads.max(1)).try_collect().await?;
 
