@@ -130,8 +130,15 @@ impl Worker {
                     if !self.terminated {
                         self.kill_all(Duration::from_secs(2)).await;
                     }
-                    if let Err(e) = teardown(&self.s, &self.uid, &self.containers).await {
-                        tracing::warn!(uid = %self.uid, error = %e, "cannot tear pod down");
+                    // Retried: what is left would otherwise wait for the next agent start.
+                    let mut delay = Duration::from_millis(500);
+                    while let Err(e) = teardown(&self.s, &self.uid, &self.containers).await {
+                        tracing::warn!(uid = %self.uid, error = %e, "cannot tear pod down; retrying");
+                        tokio::select! {
+                            _ = self.stop.wait_for(|s| *s) => return false,
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                        delay = (delay * 2).min(Duration::from_secs(10));
                     }
                     return true;
                 }

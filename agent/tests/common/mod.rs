@@ -38,6 +38,11 @@ pub fn require_root() {
 impl Node {
     pub async fn start() -> anyhow::Result<Node> {
         require_root();
+        // RUST_LOG=kaji_agent=debug shows what the agent did when a test fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let data = tempfile::tempdir()?;
         let server =
             kaji_apiserver::start(kaji_apiserver::Config::new("127.0.0.1:0".parse()?, data.path().into())).await?;
