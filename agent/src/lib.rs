@@ -161,6 +161,7 @@ impl Handle {
 /// decommissioning). The Node object is left to the control plane.
 pub async fn cleanup(config: &Config) -> anyhow::Result<()> {
     let runtime = runtime::Runtime::new(config)?;
+    runtime.sweep_incomplete();
     let mut uids: std::collections::BTreeSet<String> = runtime.list().into_iter().map(|m| m.pod_uid).collect();
     for e in std::fs::read_dir(config.pods_dir()).into_iter().flatten().flatten() {
         uids.insert(e.file_name().to_string_lossy().into_owned());

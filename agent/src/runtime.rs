@@ -82,23 +82,36 @@ impl Runtime {
         self.containers_dir.join(id)
     }
 
-    /// Every container the agent has records of (running or not).
+    /// Every container the agent has records of (running or not). Read-only: a bundle whose
+    /// create is still in flight has no `meta.json` yet and is simply not listed.
     pub fn list(&self) -> Vec<Meta> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.containers_dir).into_iter().flatten().flatten() {
-            match std::fs::read(e.path().join("meta.json")).map(|b| serde_json::from_slice::<Meta>(&b)) {
-                Ok(Ok(m)) => out.push(m),
-                _ => {
-                    // A bundle whose create never finished: remove what the runtime may hold.
-                    let id = e.file_name().to_string_lossy().into_owned();
-                    tracing::warn!(container = %id, "removing incomplete container bundle");
-                    let _ = self.rt.delete(&id, true);
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
+            if let Ok(Ok(m)) = std::fs::read(e.path().join("meta.json")).map(|b| serde_json::from_slice::<Meta>(&b)) {
+                out.push(m);
             }
         }
         out.sort_by_key(|m| (m.pod_uid.clone(), m.container_name.clone(), m.restart_count));
         out
+    }
+
+    /// At startup, before anything is created: removes what a crash between create and the
+    /// `meta.json` write left — bundles without meta, and runtime containers without a bundle.
+    pub fn sweep_incomplete(&self) {
+        for e in std::fs::read_dir(&self.containers_dir).into_iter().flatten().flatten() {
+            if !e.path().join("meta.json").is_file() {
+                let id = e.file_name().to_string_lossy().into_owned();
+                tracing::warn!(container = %id, "removing incomplete container bundle");
+                let _ = self.rt.delete(&id, true);
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        for id in self.rt.list().unwrap_or_default() {
+            if !self.bundle(&id).join("meta.json").is_file() {
+                tracing::warn!(container = %id, "removing a container the agent has no record of");
+                let _ = self.rt.delete(&id, true);
+            }
+        }
     }
 
     /// Writes the bundle and creates the container (not yet started).

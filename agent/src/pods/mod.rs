@@ -93,6 +93,7 @@ impl Manager {
     /// Watches this node's pods and drives their workers until `stop`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut adopt: HashMap<String, Vec<Meta>> = HashMap::new();
+        self.shared.runtime.sweep_incomplete();
         for m in self.shared.runtime.list() {
             adopt.entry(m.pod_uid.clone()).or_default().push(m);
         }
