@@ -162,10 +162,7 @@ impl Handle {
 pub async fn cleanup(config: &Config) -> anyhow::Result<()> {
     let runtime = runtime::Runtime::new(config)?;
     runtime.sweep_incomplete();
-    let mut uids: std::collections::BTreeSet<String> = runtime.list().into_iter().map(|m| m.pod_uid).collect();
-    for e in std::fs::read_dir(config.pods_dir()).into_iter().flatten().flatten() {
-        uids.insert(e.file_name().to_string_lossy().into_owned());
-    }
+    let uids = pods::pod_uids_on_disk(config, &runtime);
     for uid in &uids {
         pods::worker::teardown_pod(&runtime, config, uid, &[]).await?;
     }

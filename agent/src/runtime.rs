@@ -171,6 +171,34 @@ impl Runtime {
         Ok(self.rt.kill(id, signal)?)
     }
 
+    /// Whether the container's process exists (created or running).
+    pub fn is_alive(&self, id: &str) -> bool {
+        matches!(self.state(id).map(|s| s.status), Ok(kaji_runtime::Status::Running | kaji_runtime::Status::Created))
+    }
+
+    /// Kubernetes' stop: SIGTERM, up to `grace` for the processes to exit, SIGKILL for what is
+    /// left, then up to 5 s for that. Returns the ids that needed SIGKILL.
+    pub async fn stop(&self, ids: &[String], grace: std::time::Duration) -> Vec<String> {
+        use std::time::Duration;
+        let alive: Vec<&String> = ids.iter().filter(|id| self.is_alive(id)).collect();
+        for id in &alive {
+            let _ = self.kill(id, Signal::SIGTERM);
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline && alive.iter().any(|id| self.is_alive(id)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stubborn: Vec<String> = alive.into_iter().filter(|id| self.is_alive(id)).cloned().collect();
+        for id in &stubborn {
+            let _ = self.kill(id, Signal::SIGKILL);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline && stubborn.iter().any(|id| self.is_alive(id)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stubborn
+    }
+
     /// Removes the container (killing it if needed) and its bundle; the log stays with the pod.
     pub async fn remove(&self, id: &str) -> Result<()> {
         let rt = self.rt.clone();

@@ -98,46 +98,26 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
         return Ok(path);
     }
     let mut files: BTreeMap<String, (Vec<u8>, u32)> = BTreeMap::new();
+    let mode_of = |m: Option<i32>| m.unwrap_or(0o644) as u32;
     if let Some(c) = &v.config_map {
-        let mode = c.default_mode.unwrap_or(0o644) as u32;
-        match refs.config_map(&c.name) {
-            Some(data) => {
-                let data = data.iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
-                project(&mut files, &data, c.items.as_deref(), mode, "ConfigMap", ns, &c.name)?
-            }
-            None if c.optional.unwrap_or(false) => {}
-            None => return Err(Error::Config(format!("configmap \"{}\" not found", c.name))),
-        }
+        let r = Ref { kind: Kind::ConfigMap, name: &c.name, optional: c.optional, items: c.items.as_deref() };
+        project_ref(&mut files, refs, r, mode_of(c.default_mode), ns)?;
     } else if let Some(s) = &v.secret {
-        let name = s.secret_name.clone().unwrap_or_default();
-        let mode = s.default_mode.unwrap_or(0o644) as u32;
-        match refs.secret(&name) {
-            Some(data) => project(&mut files, data, s.items.as_deref(), mode, "Secret", ns, &name)?,
-            None if s.optional.unwrap_or(false) => {}
-            None => return Err(Error::Config(format!("secret \"{name}\" not found"))),
-        }
+        let name = s.secret_name.as_deref().unwrap_or_default();
+        let r = Ref { kind: Kind::Secret, name, optional: s.optional, items: s.items.as_deref() };
+        project_ref(&mut files, refs, r, mode_of(s.default_mode), ns)?;
     } else if let Some(d) = &v.downward_api {
-        let mode = d.default_mode.unwrap_or(0o644) as u32;
-        downward(&mut files, pod, d.items.as_deref().unwrap_or(&[]), mode, node)?;
+        downward(&mut files, pod, d.items.as_deref().unwrap_or(&[]), mode_of(d.default_mode), node)?;
     } else if let Some(p) = &v.projected {
-        let mode = p.default_mode.unwrap_or(0o644) as u32;
+        let mode = mode_of(p.default_mode);
         for src in p.sources.iter().flatten() {
             if let Some(c) = &src.config_map {
-                match refs.config_map(&c.name) {
-                    Some(data) => {
-                        let data = data.iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
-                        project(&mut files, &data, c.items.as_deref(), mode, "ConfigMap", ns, &c.name)?
-                    }
-                    None if c.optional.unwrap_or(false) => {}
-                    None => return Err(Error::Config(format!("configmap \"{}\" not found", c.name))),
-                }
+                let r = Ref { kind: Kind::ConfigMap, name: &c.name, optional: c.optional, items: c.items.as_deref() };
+                project_ref(&mut files, refs, r, mode, ns)?;
             }
             if let Some(s) = &src.secret {
-                match refs.secret(&s.name) {
-                    Some(data) => project(&mut files, data, s.items.as_deref(), mode, "Secret", ns, &s.name)?,
-                    None if s.optional.unwrap_or(false) => {}
-                    None => return Err(Error::Config(format!("secret \"{}\" not found", s.name))),
-                }
+                let r = Ref { kind: Kind::Secret, name: &s.name, optional: s.optional, items: s.items.as_deref() };
+                project_ref(&mut files, refs, r, mode, ns)?;
             }
             if let Some(d) = &src.downward_api {
                 downward(&mut files, pod, d.items.as_deref().unwrap_or(&[]), mode, node)?;
@@ -148,6 +128,44 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
     }
     write_atomic(&path, &files)?;
     Ok(path)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    ConfigMap,
+    Secret,
+}
+
+/// A configMap or secret source of a volume.
+#[derive(Clone, Copy)]
+struct Ref<'a> {
+    kind: Kind,
+    name: &'a str,
+    optional: Option<bool>,
+    items: Option<&'a [KeyToPath]>,
+}
+
+/// Adds a ConfigMap's or Secret's keys to `files`; a missing one is an error unless optional.
+fn project_ref(
+    files: &mut BTreeMap<String, (Vec<u8>, u32)>,
+    refs: &Refs,
+    r: Ref<'_>,
+    mode: u32,
+    ns: &str,
+) -> Result<()> {
+    let (data, kind, lower) = match r.kind {
+        Kind::ConfigMap => (
+            refs.config_map(r.name).map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect()),
+            "ConfigMap",
+            "configmap",
+        ),
+        Kind::Secret => (refs.secret(r.name).cloned(), "Secret", "secret"),
+    };
+    match data {
+        Some(data) => project(files, &data, r.items, mode, kind, ns, r.name),
+        None if r.optional.unwrap_or(false) => Ok(()),
+        None => Err(Error::Config(format!("{lower} \"{}\" not found", r.name))),
+    }
 }
 
 fn host_path(path: &str, kind: &str) -> Result<PathBuf> {

@@ -20,6 +20,15 @@ use crate::metrics::Metrics;
 use crate::runtime::{Meta, Runtime};
 use crate::Config;
 
+/// Every pod this node holds anything of: containers in the runtime or a pod directory.
+pub fn pod_uids_on_disk(config: &Config, runtime: &Runtime) -> std::collections::BTreeSet<String> {
+    let mut uids: std::collections::BTreeSet<String> = runtime.list().into_iter().map(|m| m.pod_uid).collect();
+    for e in std::fs::read_dir(config.pods_dir()).into_iter().flatten().flatten() {
+        uids.insert(e.file_name().to_string_lossy().into_owned());
+    }
+    uids
+}
+
 /// An Event to record about a pod: (pod, warning?, reason, message).
 pub type Event = (Arc<Pod>, bool, &'static str, String);
 
@@ -42,6 +51,8 @@ pub struct Shared {
     pub images: kaji_image::Store,
     pub runtime: Runtime,
     pub metrics: Arc<Metrics>,
+    /// Measured once: what `resourceFieldRef` reports for a container without limits.
+    pub allocatable: crate::node::Capacity,
     /// Events go through one writer so they are recorded in the order they happened.
     pub events: tokio::sync::mpsc::UnboundedSender<Event>,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
@@ -68,6 +79,7 @@ impl Manager {
     ) -> Manager {
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(write_events(client.clone(), rx));
+        let allocatable = crate::node::Capacity::measure(&config).minus(&config.reserved);
         Manager {
             shared: Arc::new(Shared {
                 client,
@@ -75,6 +87,7 @@ impl Manager {
                 images,
                 runtime,
                 metrics,
+                allocatable,
                 events,
                 workers: Mutex::new(HashMap::new()),
                 pods: Mutex::new(HashMap::new()),
@@ -202,11 +215,8 @@ impl Manager {
 
     /// Removes containers, sandboxes, cgroups and directories of pods that no longer exist.
     async fn clean_orphans(&self, live: &HashSet<String>, adopt: HashMap<String, Vec<Meta>>) {
-        let mut uids: HashSet<String> = adopt.keys().cloned().collect();
-        for e in std::fs::read_dir(self.shared.config.pods_dir()).into_iter().flatten().flatten() {
-            uids.insert(e.file_name().to_string_lossy().into_owned());
-        }
-        for uid in uids.into_iter().filter(|u| !live.contains(u)) {
+        for uid in pod_uids_on_disk(&self.shared.config, &self.shared.runtime).into_iter().filter(|u| !live.contains(u))
+        {
             tracing::info!(uid = %uid, "cleaning up after a pod deleted while the agent was away");
             let containers = adopt.get(&uid).cloned().unwrap_or_default();
             if let Err(e) = worker::teardown(&self.shared, &uid, &containers).await {

@@ -11,7 +11,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -234,11 +233,11 @@ impl Worker {
                     }
                 }
                 self.wake_in(Duration::from_secs(5));
-                return self.write_status(p, &sandbox).await;
+                return self.write_status(p).await;
             }
             Err(e) => return Err(e.into()),
         };
-        let ctx = StartCtx { dir: &dir, sandbox: &sandbox, volumes: &volume_paths, pod_ip: pod_ip.clone() };
+        let ctx = StartCtx { dir: &dir, sandbox: &sandbox, volumes: &volume_paths };
 
         let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
         let inits = spec.init_containers.clone().unwrap_or_default();
@@ -310,7 +309,7 @@ impl Worker {
                 self.waiting.entry(c.name.clone()).or_insert_with(|| ("PodInitializing".into(), String::new()));
             }
         }
-        self.write_status(p, &sandbox).await
+        self.write_status(p).await
     }
 
     fn any_running(&self) -> bool {
@@ -323,12 +322,11 @@ impl Worker {
     }
 
     fn node_env(&self, p: &Pod) -> env::Node {
-        let cap = crate::node::Capacity::measure(&self.s.config).minus(&self.s.config.reserved);
         env::Node {
             host_ip: self.s.config.node_ip.to_string(),
             pod_ip: self.pod_ip(p).unwrap_or_default(),
-            allocatable_cpu_millis: cap.cpu_millis,
-            allocatable_memory_bytes: cap.memory_bytes,
+            allocatable_cpu_millis: self.s.allocatable.cpu_millis,
+            allocatable_memory_bytes: self.s.allocatable.memory_bytes,
         }
     }
 
@@ -479,7 +477,6 @@ impl Worker {
                 return Err(("CreateContainerConfigError".into(), msg));
             }
         };
-        let _ = ctx.pod_ip.as_deref();
         let mut meta = meta;
         if let Err(e) = self.s.runtime.create(&meta, &spec).await {
             let msg = chain(&e);
@@ -709,7 +706,7 @@ impl Worker {
         }
     }
 
-    async fn write_status(&mut self, p: &Pod, _sandbox: &Sandbox) -> anyhow::Result<()> {
+    async fn write_status(&mut self, p: &Pod) -> anyhow::Result<()> {
         let spec = p.spec.clone().unwrap_or_default();
         let inits = self.views(spec.init_containers.as_deref().unwrap_or(&[]));
         let apps = self.views(&spec.containers);
@@ -745,34 +742,10 @@ impl Worker {
 
     /// SIGTERM to every running container, the grace period, SIGKILL for what is left.
     async fn kill_all(&mut self, grace: Duration) {
-        let running: Vec<Meta> = self
-            .containers
-            .iter()
-            .filter(|m| self.run_state(m) != RunState::Exited(0) && self.is_alive(m))
-            .cloned()
-            .collect();
-        for m in &running {
-            let _ = self.s.runtime.kill(&m.id, Signal::SIGTERM);
+        let ids: Vec<String> = self.containers.iter().map(|m| m.id.clone()).collect();
+        for id in self.s.runtime.stop(&ids, grace).await {
+            tracing::info!(container = %id, "grace period over; killed");
         }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && running.iter().any(|m| self.is_alive(m)) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        for m in running.iter().filter(|m| self.is_alive(m)) {
-            tracing::info!(container = %m.container_name, "grace period over; killing");
-            let _ = self.s.runtime.kill(&m.id, Signal::SIGKILL);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && running.iter().any(|m| self.is_alive(m)) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn is_alive(&self, m: &Meta) -> bool {
-        matches!(
-            self.s.runtime.state(&m.id).map(|s| s.status),
-            Ok(kaji_runtime::Status::Running | kaji_runtime::Status::Created)
-        )
     }
 
     async fn terminate(&mut self, p: &Pod) -> anyhow::Result<()> {
@@ -782,13 +755,12 @@ impl Worker {
             .or_else(|| p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
             .unwrap_or(30)
             .max(0) as u64;
-        for m in self.containers.iter().filter(|m| self.is_alive(m)) {
+        for m in self.containers.iter().filter(|m| self.s.runtime.is_alive(&m.id)) {
             self.event_normal(p, "Killing", format!("Stopping container {}", m.container_name));
         }
         self.kill_all(Duration::from_secs(grace)).await;
-        let sandbox = Sandbox::new(self.pod_dir().0.join("ns"), Wanted::for_pod(p));
         self.sandbox_ready = false;
-        let _ = self.write_status(p, &sandbox).await;
+        let _ = self.write_status(p).await;
         teardown(&self.s, &self.uid, &self.containers).await?;
         self.containers.clear();
         let api: Api<Pod> =
@@ -840,7 +812,7 @@ impl Prober {
     }
 
     fn alive(&self) -> bool {
-        matches!(self.s.runtime.state(&self.id).map(|s| s.status), Ok(kaji_runtime::Status::Running))
+        self.s.runtime.is_alive(&self.id)
     }
 
     fn event(&self, warning: bool, reason: &'static str, message: String) {
@@ -962,14 +934,7 @@ impl Prober {
     /// SIGTERM, the pod's grace period, SIGKILL.
     async fn kill(&self) {
         let grace = self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30).max(0) as u64;
-        let _ = self.s.runtime.kill(&self.id, Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(grace);
-        while self.alive() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if self.alive() {
-            let _ = self.s.runtime.kill(&self.id, Signal::SIGKILL);
-        }
+        self.s.runtime.stop(std::slice::from_ref(&self.id), Duration::from_secs(grace)).await;
     }
 }
 
@@ -977,7 +942,6 @@ struct StartCtx<'a> {
     dir: &'a PodDir,
     sandbox: &'a Sandbox,
     volumes: &'a HashMap<String, PathBuf>,
-    pod_ip: Option<String>,
 }
 
 /// The termination message: the file the container wrote (≤ 4 KiB), or with

@@ -202,20 +202,7 @@ impl Drop for Node {
         for t in targets {
             let _ = nix::mount::umount2(t.as_str(), nix::mount::MntFlags::MNT_DETACH);
         }
-        let parent = PathBuf::from("/").join(&self.config.cgroup_parent);
-        for d in kaji_runtime::cgroups::directories(&parent).unwrap_or_default() {
-            let mut all = Vec::new();
-            let mut stack = vec![d];
-            while let Some(d) = stack.pop() {
-                for e in std::fs::read_dir(&d).into_iter().flatten().flatten().filter(|e| e.path().is_dir()) {
-                    stack.push(e.path());
-                }
-                all.push(d);
-            }
-            for d in all.iter().rev() {
-                let _ = std::fs::remove_dir(d);
-            }
-        }
+        let _ = kaji_agent::cgroup::remove(&PathBuf::from("/").join(&self.config.cgroup_parent));
     }
 }
 
