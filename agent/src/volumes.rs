@@ -410,6 +410,10 @@ pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) ->
     for (path, content) in
         [(dir.hosts(), hosts), (dir.resolv_conf(), resolv), (dir.hostname(), format!("{hostname}\n"))]
     {
+        // Every sync calls this; unchanged files are left alone (containers bind-mount them).
+        if std::fs::read(&path).is_ok_and(|old| old == content.as_bytes()) {
+            continue;
+        }
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, content).map_err(io("write", &tmp))?;
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).map_err(io("chmod", &tmp))?;

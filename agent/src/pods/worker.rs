@@ -600,12 +600,12 @@ impl Worker {
         let exited = move || {
             use std::os::fd::AsFd;
             let fd = kaji_runtime::sys::pidfd_open(nix::unistd::Pid::from_raw(st.pid)).ok();
-            while let Some(fd) = fd.as_ref().filter(|_| st.pid > 0) {
+            // Checked once the pidfd is open: a container that had already exited (its pid maybe
+            // reused) is not waited for. After that, only the pidfd tells.
+            let running = matches!(runtime.state(&id).map(|s| s.status), Ok(kaji_runtime::Status::Running));
+            while let Some(fd) = fd.as_ref().filter(|_| st.pid > 0 && running) {
                 if *stop.borrow() {
                     return false;
-                }
-                if !matches!(runtime.state(&id).map(|s| s.status), Ok(kaji_runtime::Status::Running)) {
-                    break;
                 }
                 let mut fds = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
                 match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16)) {
