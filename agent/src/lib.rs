@@ -7,6 +7,7 @@ pub mod env;
 pub mod http;
 pub mod logs;
 pub mod metrics;
+pub mod network;
 pub mod node;
 pub mod pods;
 pub mod probes;
@@ -89,6 +90,8 @@ pub struct Config {
     /// Image GC thresholds (disk usage percent of the filesystem holding `root_dir`).
     pub image_gc_high_percent: u8,
     pub image_gc_low_percent: u8,
+    /// The pod network (`--pod-network bridge`); `None` leaves pods with loopback only.
+    pub network: Option<network::Settings>,
 }
 
 impl Config {
@@ -114,6 +117,7 @@ impl Config {
             node_labels: Default::default(),
             image_gc_high_percent: 85,
             image_gc_low_percent: 80,
+            network: None,
         }
     }
 
@@ -164,7 +168,11 @@ pub async fn cleanup(config: &Config) -> anyhow::Result<()> {
     runtime.sweep_incomplete();
     let uids = pods::pod_uids_on_disk(config, &runtime);
     for uid in &uids {
-        pods::worker::teardown_pod(&runtime, config, uid, &[]).await?;
+        pods::worker::teardown_pod(&runtime, config, None, uid, &[]).await?;
+    }
+    // Only where this agent built a pod network: never touch a network it did not make.
+    if config.root_dir.join("network").exists() {
+        network::cleanup(config).await?;
     }
     let kubepods = std::path::Path::new("/").join(config.cgroup_parent.trim_matches('/'));
     cgroup::remove(&kubepods)?;
@@ -185,7 +193,8 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
     let metrics = Arc::new(metrics::Metrics::default());
     let (stop, stop_rx) = watch::channel(false);
     let config = Arc::new(config);
-    let manager = pods::Manager::new(client.clone(), config.clone(), images, runtime, metrics.clone());
+    let network = config.network.clone().map(|settings| network::Network::new(&config, settings));
+    let manager = pods::Manager::new(client.clone(), config.clone(), images, runtime, metrics.clone(), network.clone());
     let server_addr = match config.server_addr {
         Some(addr) => {
             let listener =
@@ -204,6 +213,9 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
     node.register().await?;
     let task = tokio::spawn(async move {
         let heartbeat = tokio::spawn(node.run(stop_rx.clone()));
+        if let Some(net) = network {
+            tokio::spawn(net.run(client.clone(), stop_rx.clone()));
+        }
         manager.run(stop_rx).await;
         heartbeat.abort();
         Ok(())

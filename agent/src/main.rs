@@ -63,6 +63,15 @@ struct Args {
     image_gc_high_threshold: u8,
     #[arg(long, default_value_t = 80)]
     image_gc_low_threshold: u8,
+    /// Pod network: `bridge` (a kaji0 bridge with the node's podCIDR, a veth per pod, routes to
+    /// other nodes' podCIDRs, masquerading and hostPorts, in the namespace the agent runs in) or
+    /// `none` (pods get loopback only).
+    #[arg(long, default_value = "bridge", value_parser = ["bridge", "none"])]
+    pod_network: String,
+    /// The whole pod network (as the controller manager's --cluster-cidr); pod traffic to
+    /// anywhere else is masqueraded.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: ipnet::Ipv4Net,
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -211,6 +220,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.resolv_conf = args.resolv_conf.clone();
     config.image_gc_high_percent = args.image_gc_high_threshold;
     config.image_gc_low_percent = args.image_gc_low_threshold;
+    config.network =
+        (args.pod_network == "bridge").then_some(kaji_agent::network::Settings { cluster_cidr: args.cluster_cidr });
     for l in &args.node_label {
         let (k, v) = l.split_once('=').with_context(|| format!("--node-label {l:?}: want key=value"))?;
         config.node_labels.insert(k.to_string(), v.to_string());

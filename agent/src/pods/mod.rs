@@ -51,6 +51,8 @@ pub struct Shared {
     pub images: kaji_image::Store,
     pub runtime: Runtime,
     pub metrics: Arc<Metrics>,
+    /// The pod network, when the node has one.
+    pub network: Option<Arc<crate::network::Network>>,
     /// Measured once: what `resourceFieldRef` reports for a container without limits.
     pub allocatable: crate::node::Capacity,
     /// Events go through one writer so they are recorded in the order they happened.
@@ -76,6 +78,7 @@ impl Manager {
         images: kaji_image::Store,
         runtime: Runtime,
         metrics: Arc<Metrics>,
+        network: Option<Arc<crate::network::Network>>,
     ) -> Manager {
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(write_events(client.clone(), rx));
@@ -87,6 +90,7 @@ impl Manager {
                 images,
                 runtime,
                 metrics,
+                network,
                 allocatable,
                 events,
                 workers: Mutex::new(HashMap::new()),
@@ -143,6 +147,12 @@ impl Manager {
                     if first_sync {
                         first_sync = false;
                         self.clean_orphans(&seen, std::mem::take(&mut adopt)).await;
+                        if let Some(net) = &self.shared.network {
+                            let live: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+                            if let Err(e) = net.release_all_but(&live).await {
+                                tracing::warn!(error = %e, "cannot release the addresses of pods that are gone");
+                            }
+                        }
                     }
                 }
                 Some(Ok(watcher::Event::Apply(pod))) => self.dispatch(pod, &mut adopt, &stop),

@@ -44,6 +44,8 @@ pub struct Worker {
     next_wake: Option<Instant>,
     start_time: Option<Timestamp>,
     sandbox_ready: bool,
+    /// The pod's address on the pod network, once attached.
+    pod_ip: Option<String>,
     terminated: bool,
     reported_running: bool,
     first_seen: std::time::Instant,
@@ -102,6 +104,7 @@ impl Worker {
             next_wake: None,
             start_time: None,
             sandbox_ready: false,
+            pod_ip: None,
             terminated: false,
             reported_running: false,
             first_seen: std::time::Instant::now(),
@@ -217,6 +220,30 @@ impl Worker {
         let hostname = spec.hostname.clone().unwrap_or_else(|| p.metadata.name.clone().unwrap_or_default());
         let sb = sandbox.clone();
         tokio::task::spawn_blocking(move || sb.ensure(&hostname)).await??;
+        if let (Some(net), Some(netns)) = (self.s.network.clone(), sandbox.netns()) {
+            if self.pod_ip.is_none() {
+                match net.attach(p, &netns).await {
+                    Ok(ip) => self.pod_ip = Some(ip.to_string()),
+                    Err(e) => {
+                        let (reason, msg) = match e {
+                            crate::network::Error::NoPodCidr => ("NetworkNotReady", e.to_string()),
+                            _ => ("FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}")),
+                        };
+                        tracing::warn!(pod = ?p.metadata.name, error = %msg, "cannot attach the pod to the network");
+                        if self.waiting.values().all(|(_, m)| m != &msg) {
+                            self.event_warning(p, reason, msg.clone());
+                        }
+                        for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
+                            if self.latest(&c.name).is_none() {
+                                self.waiting.insert(c.name.clone(), ("ContainerCreating".into(), msg.clone()));
+                            }
+                        }
+                        self.wake_in(Duration::from_secs(2));
+                        return self.write_status(p).await;
+                    }
+                }
+            }
+        }
         self.sandbox_ready = true;
         let pod_ip = self.pod_ip(p);
         volumes::write_etc(&dir, p, pod_ip.as_deref().unwrap_or(""), &self.s.config)?;
@@ -318,7 +345,10 @@ impl Worker {
 
     fn pod_ip(&self, p: &Pod) -> Option<String> {
         let host_network = p.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-        host_network.then(|| self.s.config.node_ip.to_string())
+        if host_network {
+            return Some(self.s.config.node_ip.to_string());
+        }
+        self.pod_ip.clone()
     }
 
     fn node_env(&self, p: &Pod) -> env::Node {
@@ -960,12 +990,13 @@ fn termination_message(m: &Meta, code: i32) -> Option<String> {
 
 /// Removes everything a pod had on the node: containers, sandbox, cgroup, directory.
 pub async fn teardown(s: &Shared, uid: &str, containers: &[Meta]) -> anyhow::Result<()> {
-    teardown_pod(&s.runtime, &s.config, uid, containers).await
+    teardown_pod(&s.runtime, &s.config, s.network.as_deref(), uid, containers).await
 }
 
 pub async fn teardown_pod(
     runtime: &crate::runtime::Runtime,
     config: &crate::Config,
+    network: Option<&crate::network::Network>,
     uid: &str,
     containers: &[Meta],
 ) -> anyhow::Result<()> {
@@ -977,6 +1008,9 @@ pub async fn teardown_pod(
     }
     for id in ids {
         runtime.remove(&id).await?;
+    }
+    if let Some(net) = network {
+        net.detach(uid).await?;
     }
     let dir = PodDir(config.pods_dir().join(uid));
     let sandbox = Sandbox::new(dir.0.join("ns"), Wanted { net: true, ipc: true, uts: true });
