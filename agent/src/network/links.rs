@@ -9,7 +9,7 @@ use std::path::Path;
 
 use futures::TryStreamExt;
 use ipnet::Ipv4Net;
-use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage};
+use rtnetlink::packet_route::link::{InfoBridgePort, InfoPortData, InfoPortKind, LinkAttribute, LinkMessage};
 use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol};
 use rtnetlink::{Handle, LinkBridge, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
@@ -160,6 +160,13 @@ pub async fn attach_pod(handle: &Handle, bridge: u32, netns: &Path, pod: &PodInt
         .execute()
         .await
         .map_err(nl(format!("attach {} to the bridge", pod.host_name)))?;
+    // Hairpin: a pod reaching itself through a Service is DNATed back out of the port it came
+    // in on (the CNI bridge plugin's hairpinMode).
+    let port = LinkUnspec::new_with_index(host)
+        .set_port_kind(InfoPortKind::Bridge)
+        .set_port_data(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(true)]))
+        .build();
+    handle.link().set_port(port).execute().await.map_err(nl(format!("hairpin mode on {}", pod.host_name)))?;
     let ns = std::fs::File::open(netns).map_err(|source| Error::Netns { path: netns.display().to_string(), source })?;
     handle
         .link()

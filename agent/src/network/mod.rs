@@ -232,13 +232,15 @@ impl Network {
                 continue;
             }
             let nodes: Vec<Arc<Node>> = reader.state();
-            if let Err(e) = self.sync_nodes(&nodes).await {
+            if let Err(e) = self.apply_nodes(&nodes).await {
                 tracing::warn!(error = %e, "cannot sync the pod network with the nodes");
             }
         }
     }
 
-    async fn sync_nodes(&self, nodes: &[Arc<Node>]) -> Result<()> {
+    /// Takes this node's podCIDR from `nodes` and routes every other node's podCIDR via its
+    /// InternalIP (what the Node watch feeds; public for benchmarks and tools).
+    pub async fn apply_nodes(&self, nodes: &[Arc<Node>]) -> Result<()> {
         let mut routes = Vec::new();
         for n in nodes {
             let cidr = n.spec.as_ref().and_then(|s| s.pod_cidr.clone());
