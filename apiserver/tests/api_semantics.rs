@@ -178,6 +178,71 @@ fn finalizers_hold_a_deleted_object_until_removed_and_deletecollection_honours_s
 }
 
 #[test]
+fn propagation_policies_hold_the_object_with_the_garbage_collector_finalizers() {
+    let (_d, s) = setup();
+    let path = |n: &str| format!("/api/v1/namespaces/default/configmaps/{n}");
+    for n in ["fg", "orph", "bg", "legacy"] {
+        assert_eq!(post(&s, "/api/v1/namespaces/default/configmaps", &cm(n, json!({}))).0, 201);
+    }
+    let finalizers = |n: &str| get(&s, &path(n)).1["metadata"]["finalizers"].clone();
+
+    // Foreground from the query string: marked, held by foregroundDeletion.
+    let (code, fg) =
+        send(&s, "DELETE", &format!("{}?propagationPolicy=Foreground", path("fg")), &json!({}), "application/json");
+    assert_eq!(code, 200, "{fg}");
+    assert!(fg["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(finalizers("fg"), json!(["foregroundDeletion"]));
+    // Deleting it again in the background takes the finalizer away, and the object with it.
+    let (code, _) = send(&s, "DELETE", &path("fg"), &json!({"propagationPolicy": "Background"}), "application/json");
+    assert_eq!(code, 200);
+    assert_eq!(get(&s, &path("fg")).0, 404);
+
+    // Orphan as kubectl sends it.
+    let k = Kubectl::new(&s);
+    k.ok(&["delete", "configmap", "orph", "--cascade=orphan", "--wait=false"]);
+    assert_eq!(finalizers("orph"), json!(["orphan"]));
+
+    // No policy: gone at once, as Background.
+    assert_eq!(send(&s, "DELETE", &path("bg"), &json!({}), "application/json").0, 200);
+    assert_eq!(get(&s, &path("bg")).0, 404);
+
+    // orphanDependents=false on an object that waits answers 202.
+    let mut held = cm("held", json!({}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(post(&s, "/api/v1/namespaces/default/configmaps", &held).0, 201);
+    let (code, _) = send(&s, "DELETE", &path("held"), &json!({"orphanDependents": false}), "application/json");
+    assert_eq!(code, 202);
+
+    let (code, body) =
+        send(&s, "DELETE", &path("legacy"), &json!({"propagationPolicy": "Sideways"}), "application/json");
+    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")), "{body}");
+    assert_eq!(
+        body["message"],
+        r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "Sideways": supported values: "Foreground", "Background", "Orphan", "nil""#
+    );
+    assert_eq!(get(&s, &path("legacy")).0, 200, "a refused delete deletes nothing");
+}
+
+#[test]
+fn a_write_naming_another_uid_is_refused() {
+    let (_d, s) = setup();
+    let (_, made) = post(&s, "/api/v1/namespaces/default/configmaps", &cm("c", json!({})));
+    let path = "/api/v1/namespaces/default/configmaps/c";
+    // The garbage collector's guard against a namesake: the uid in a patch must be the object's.
+    let stale = json!({"metadata": {"uid": "not-this-one", "labels": {"a": "b"}}});
+    let (code, body) = send(&s, "PATCH", path, &stale, "application/strategic-merge-patch+json");
+    assert_eq!(code, 422, "{body}");
+    assert!(body["message"].as_str().unwrap_or("").contains("metadata.uid"), "{body}");
+    let same = json!({"metadata": {"uid": made["metadata"]["uid"], "labels": {"a": "b"}}});
+    assert_eq!(send(&s, "PATCH", path, &same, "application/strategic-merge-patch+json").0, 200);
+    // A PUT carrying another uid fails its precondition, as in Kubernetes.
+    let mut put = cm("c", json!({}));
+    put["metadata"]["uid"] = json!("not-this-one");
+    let (code, body) = send(&s, "PUT", path, &put, "application/json");
+    assert_eq!((code, body["reason"].as_str()), (409, Some("Conflict")), "{body}");
+}
+
+#[test]
 fn kubectl_scale_and_describe_work_on_deployments() {
     let (_d, s) = setup();
     let k = Kubectl::new(&s);

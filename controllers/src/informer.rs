@@ -89,6 +89,7 @@ fn send<K: Clone>(subscribers: &[Sender<K>], obj: &K) {
     }
 }
 
-fn receiver_stream<K: Send + 'static>(rx: mpsc::UnboundedReceiver<K>) -> impl Stream<Item = K> + Send + 'static {
+/// An unbounded receiver as a stream.
+pub fn receiver_stream<K: Send + 'static>(rx: mpsc::UnboundedReceiver<K>) -> impl Stream<Item = K> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|k| (k, rx)) })
 }

@@ -1,18 +1,22 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
-//! node lifecycle and node IPAM loops on `kube::runtime::Controller`, over shared caches, behind an
-//! optional Lease.
+//! node lifecycle, node IPAM, garbage collector, namespace and pod GC loops on
+//! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod deployment;
+pub mod discovery;
 pub mod endpoints;
 pub use kaji_component::events;
 pub mod expectations;
+pub mod gc;
 pub mod http;
 pub mod informer;
 pub use kaji_component::leader;
 pub mod meta;
 pub mod metrics;
+pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podgc;
 pub mod replicaset;
 pub mod shared;
 
@@ -22,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::shared::Shared;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use std::net::SocketAddr;
@@ -59,6 +63,12 @@ pub struct Config {
     pub node_lifecycle: nodelifecycle::Settings,
     /// Pod CIDR allocation (`--allocate-node-cidrs`); `None` turns the node IPAM controller off.
     pub node_ipam: Option<nodeipam::Settings>,
+    /// The garbage collector (`--enable-garbage-collector`); `None` turns it off.
+    pub garbage_collector: Option<gc::Settings>,
+    /// Emptying and finalizing deleted namespaces.
+    pub namespace: namespace::Settings,
+    /// Collecting orphaned, unscheduled terminating and excess terminated pods.
+    pub pod_gc: podgc::Settings,
 }
 
 impl Default for Config {
@@ -68,6 +78,9 @@ impl Default for Config {
             metrics_addr: None,
             node_lifecycle: nodelifecycle::Settings::default(),
             node_ipam: Some(nodeipam::Settings::default()),
+            garbage_collector: Some(gc::Settings::default()),
+            namespace: namespace::Settings::default(),
+            pod_gc: podgc::Settings::default(),
         }
     }
 }
@@ -177,11 +190,16 @@ async fn controllers(
         Arc::new(nodelifecycle::Ctx::new(shared(), config.node_lifecycle, nodes.store(), leases.store(), pods.store()));
     let nl_triggers = (nodes.subscribe(), leases.subscribe(), pods.subscribe());
     let ipam_triggers = config.node_ipam.map(|settings| (settings, nodes.subscribe(), nodes.subscribe_deleted()));
+    let mut namespaces = Informer::<Namespace>::new(Api::all(client.clone()));
+    let ns_ctx =
+        Arc::new(namespace::Ctx { shared: shared(), settings: config.namespace, namespaces: namespaces.store() });
+    let ns_triggers = namespaces.subscribe();
+    let podgc_ctx = Arc::new(podgc::Ctx::new(shared(), config.pod_gc, pods.store(), nodes.store()));
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
         let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
-        let (n, l) = (nodes.store(), leases.store());
+        let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -191,6 +209,7 @@ async fn controllers(
                 && es.wait_until_ready().await.is_ok()
                 && n.wait_until_ready().await.is_ok()
                 && l.wait_until_ready().await.is_ok()
+                && ns.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -202,6 +221,7 @@ async fn controllers(
     let node_store = nodes.store();
     nodes.spawn(stop.clone());
     leases.spawn(stop.clone());
+    namespaces.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     tokio::select! {
         _ = stop_wait.wait_for(|s| *s) => return Ok(()),
@@ -229,6 +249,13 @@ async fn controllers(
                 nodeipam::run(ctx, triggers, deleted, stopped(stop.clone())).await;
             }
         },
+        async {
+            if let Some(settings) = config.garbage_collector {
+                gc::run(shared(), settings, stop.clone()).await;
+            }
+        },
+        namespace::run(ns_ctx, ns_triggers, stopped(stop.clone())),
+        podgc::run(podgc_ctx, stopped(stop.clone())),
     );
     Ok(())
 }

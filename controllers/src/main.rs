@@ -6,7 +6,8 @@ use kaji_controllers::nodelifecycle::health::Grace;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-/// kaji's controller manager: the workload, endpoints, node lifecycle and node IPAM loops.
+/// kaji's controller manager: the workload, endpoints, node lifecycle, node IPAM, garbage
+/// collection, namespace and pod GC loops.
 #[derive(Parser, Debug)]
 #[command(name = "kaji-controller-manager", version)]
 struct Args {
@@ -46,6 +47,21 @@ struct Args {
     /// The prefix length of each node's pod CIDR.
     #[arg(long, default_value_t = 24)]
     node_cidr_mask_size: u8,
+    /// Delete objects whose owners are gone, and honour foreground and orphan deletion.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    enable_garbage_collector: bool,
+    /// Garbage collector reconciles in flight at once, per resource.
+    #[arg(long, default_value_t = 20)]
+    concurrent_gc_syncs: u16,
+    /// Namespaces being emptied at once.
+    #[arg(long, default_value_t = 10)]
+    concurrent_namespace_syncs: u16,
+    /// How often every namespace is looked at again.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    namespace_sync_period: Duration,
+    /// Terminated pods kept before the oldest are deleted (0 keeps them all).
+    #[arg(long, default_value_t = 12500)]
+    terminated_pod_gc_threshold: usize,
 }
 
 /// "500ms", "1s", "2m", "1h" or plain seconds.
@@ -79,6 +95,17 @@ async fn main() -> anyhow::Result<()> {
             cluster_cidr: args.cluster_cidr,
             node_mask_size: args.node_cidr_mask_size,
         }),
+        garbage_collector: args
+            .enable_garbage_collector
+            .then_some(kaji_controllers::gc::Settings { workers: args.concurrent_gc_syncs }),
+        namespace: kaji_controllers::namespace::Settings {
+            resync: args.namespace_sync_period,
+            workers: args.concurrent_namespace_syncs,
+        },
+        pod_gc: kaji_controllers::podgc::Settings {
+            terminated_threshold: args.terminated_pod_gc_threshold,
+            ..Default::default()
+        },
     };
     let handle = kaji_controllers::start(args.api.client().await?, config).await?;
     let stop = handle.stopper();
@@ -111,5 +138,22 @@ mod tests {
         assert_eq!((args.cluster_cidr.to_string(), args.node_cidr_mask_size), ("10.1.0.0/20".into(), 26));
         assert!(Args::try_parse_from(["kaji-controller-manager", "--cluster-cidr=10.1.0.0"]).is_err());
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn collector_flags_default_as_kubernetes_and_parse() {
+        let args = Args::parse_from(["kaji-controller-manager"]);
+        assert!(args.enable_garbage_collector);
+        assert_eq!((args.concurrent_gc_syncs, args.concurrent_namespace_syncs), (20, 10));
+        assert_eq!(args.terminated_pod_gc_threshold, 12500);
+        assert_eq!(args.namespace_sync_period, Duration::from_secs(300));
+        let args = Args::parse_from([
+            "kaji-controller-manager",
+            "--enable-garbage-collector=false",
+            "--terminated-pod-gc-threshold=10",
+            "--namespace-sync-period=1m",
+        ]);
+        assert!(!args.enable_garbage_collector);
+        assert_eq!((args.terminated_pod_gc_threshold, args.namespace_sync_period), (10, Duration::from_secs(60)));
     }
 }

@@ -1,4 +1,5 @@
-//! Prometheus metrics per controller: reconciles by result and their duration.
+//! Prometheus metrics per controller: reconciles by result and their duration, and the pods the
+//! pod garbage collector force-deleted.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,10 +20,19 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodGcLabels {
+    pub namespace: String,
+    /// terminated, orphaned or unscheduled.
+    pub reason: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<ResultLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
+    pod_gc_deleted: Family<PodGcLabels, Counter>,
+    pod_gc_errors: Family<PodGcLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -42,7 +52,19 @@ impl Default for Metrics {
             "Length of time per reconciliation per controller",
             duration.clone(),
         );
-        Self { registry, reconciles, duration }
+        let pod_gc_deleted = Family::<PodGcLabels, Counter>::default();
+        let pod_gc_errors = Family::<PodGcLabels, Counter>::default();
+        registry.register(
+            "pod_gc_collector_force_delete_pods",
+            "Number of pods that are being forcefully deleted since the Pod GC Controller started",
+            pod_gc_deleted.clone(),
+        );
+        registry.register(
+            "pod_gc_collector_force_delete_pod_errors",
+            "Number of errors encountered when forcefully deleting the pods since the Pod GC Controller started",
+            pod_gc_errors.clone(),
+        );
+        Self { registry, reconciles, duration, pod_gc_deleted, pod_gc_errors }
     }
 }
 
@@ -51,6 +73,15 @@ impl Metrics {
         let result = if ok { "success" } else { "error" };
         self.reconciles.get_or_create(&ResultLabels { controller: controller.into(), result: result.into() }).inc();
         self.duration.get_or_create(&ControllerLabels { controller: controller.into() }).observe(took.as_secs_f64());
+    }
+
+    /// One pod the pod garbage collector force-deleted (or failed to).
+    pub fn pod_gc(&self, namespace: &str, reason: &str, ok: bool) {
+        let labels = PodGcLabels { namespace: namespace.into(), reason: reason.into() };
+        self.pod_gc_deleted.get_or_create(&labels).inc();
+        if !ok {
+            self.pod_gc_errors.get_or_create(&labels).inc();
+        }
     }
 
     pub fn render(&self) -> String {
@@ -77,5 +108,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"controller_runtime_reconcile_time_seconds_count{controller="replicaset"} 2"#));
+    }
+
+    #[test]
+    fn counts_pod_gc_deletions_and_errors_by_namespace_and_reason() {
+        let m = Metrics::default();
+        m.pod_gc("default", "orphaned", true);
+        m.pod_gc("default", "orphaned", false);
+        let text = m.render();
+        let series = r#"pod_gc_collector_force_delete_pods_total{namespace="default",reason="orphaned"} 2"#;
+        assert!(text.contains(series), "{text}");
+        let errors = r#"pod_gc_collector_force_delete_pod_errors_total{namespace="default",reason="orphaned"} 1"#;
+        assert!(text.contains(errors), "{text}");
     }
 }

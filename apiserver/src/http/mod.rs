@@ -12,7 +12,9 @@ mod watch;
 use crate::agent_client::AgentClient;
 use crate::cache::Cache;
 use crate::metrics::Metrics;
-use crate::registry::{DeleteOptions, FieldValidation, Outcome, PatchType, Registry, ScaleOp, WriteOptions};
+use crate::registry::{
+    DeleteOptions, FieldValidation, Outcome, PatchType, Propagation, Registry, ScaleOp, WriteOptions,
+};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -163,6 +165,13 @@ fn write_options(q: &Query) -> ApiResult<WriteOptions> {
 fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap) -> ApiResult<DeleteOptions> {
     let mut o = DeleteOptions { grace_period_seconds: q.int("gracePeriodSeconds")?, ..Default::default() };
     o.dry_run = q.get("dryRun") == Some("All");
+    let mut policy = q.get("propagationPolicy").filter(|p| !p.is_empty()).map(str::to_string);
+    let mut orphan = match q.get("orphanDependents").filter(|v| !v.is_empty()) {
+        None => None,
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Some(true),
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Some(false),
+        Some(other) => return Err(ApiError::bad_request(format!("invalid value for orphanDependents: {other:?}"))),
+    };
     if !body.iter().all(u8::is_ascii_whitespace) {
         let v = decode_body(headers, body)?;
         let known = kaji_api::schema::normalize("DeleteOptions", &v)
@@ -175,10 +184,18 @@ fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap) -> ApiResult<Dele
         }
         o.precondition_uid = known.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         o.precondition_rv = known.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+        // A body that speaks about propagation replaces the query's say, as Kubernetes reads one or the other.
+        let body_policy = known.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
+        let body_orphan = known.get("orphanDependents").and_then(Value::as_bool);
+        if body_policy.is_some() || body_orphan.is_some() {
+            (policy, orphan) = (body_policy, body_orphan);
+        }
     }
     if o.grace_period_seconds.is_some_and(|g| g < 0) {
         o.grace_period_seconds = Some(0);
     }
+    o.propagation = Propagation::from_options(policy.as_deref(), orphan)?;
+    o.orphan_dependents = orphan;
     Ok(o)
 }
 
@@ -387,5 +404,37 @@ async fn resource_request(
             method,
             errors::qualify(info.group, info.plural)
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(query: &str, body: &str) -> ApiResult<DeleteOptions> {
+        let uri: Uri = format!("/api/v1/namespaces/default/pods/p?{query}").parse().expect("uri");
+        delete_options(&Query::parse(&uri)?, body.as_bytes(), &HeaderMap::new())
+    }
+
+    #[test]
+    fn delete_options_read_the_policy_from_the_query_or_the_body() {
+        let o = opts("propagationPolicy=Foreground", "").expect("valid");
+        assert_eq!(o.propagation, Some(Propagation::Foreground));
+        let o = opts("", r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Orphan"}"#).expect("valid");
+        assert_eq!(o.propagation, Some(Propagation::Orphan));
+        let o = opts("propagationPolicy=Orphan", r#"{"propagationPolicy":"Background"}"#).expect("valid");
+        assert_eq!(o.propagation, Some(Propagation::Background), "the body wins");
+        let o = opts("orphanDependents=false", "").expect("valid");
+        assert_eq!((o.propagation, o.orphan_dependents), (Some(Propagation::Background), Some(false)));
+        assert_eq!(opts("", "").expect("valid").propagation, None);
+    }
+
+    #[test]
+    fn bad_delete_options_are_refused() {
+        let err = opts("propagationPolicy=Later", "").expect_err("unknown policy");
+        assert_eq!((err.code, err.reason), (422, "Invalid"));
+        let err = opts("", r#"{"propagationPolicy":"Orphan","orphanDependents":true}"#).expect_err("both");
+        assert_eq!(err.code, 422);
+        assert_eq!(opts("orphanDependents=maybe", "").expect_err("not a bool").code, 400);
     }
 }

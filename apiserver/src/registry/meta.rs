@@ -71,11 +71,19 @@ pub fn random_suffix() -> String {
     bytes.as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
 }
 
-/// Copy the server-owned metadata fields from `old` into `new`.
+/// Copy the server-owned metadata fields from `old` into `new`. A `uid` the writer sent is kept,
+/// so that validation refuses a write meant for another object of the same name (Kubernetes uses
+/// the existing uid only when none is provided).
 pub fn carry_system_meta(new: &mut Value, old: &Value) {
     let Some(om) = meta(old).cloned() else { return };
     let nm = meta_mut(new);
-    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+    if nm.get("uid").and_then(Value::as_str).is_none_or(str::is_empty) {
+        match om.get("uid") {
+            Some(v) => nm.insert("uid".into(), v.clone()),
+            None => nm.remove("uid"),
+        };
+    }
+    for f in ["creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
         match om.get(f) {
             Some(v) => {
                 nm.insert(f.into(), v.clone());
@@ -104,6 +112,20 @@ mod tests {
         let a = json!({"metadata":{"name":"a"},"spec":{"x":1},"status":{"y":1}});
         let b = json!({"metadata":{"name":"b"},"spec":{"x":1},"status":{"y":2}});
         assert_eq!(spec_part(&a), spec_part(&b));
+    }
+
+    #[test]
+    fn a_sent_uid_is_kept_for_validation_and_a_missing_one_filled_in() {
+        let old = json!({"metadata": {"uid": "u1", "creationTimestamp": "2024-01-01T00:00:00Z"}});
+        let mut stale = json!({"metadata": {"uid": "u0", "creationTimestamp": "1999-01-01T00:00:00Z"}});
+        carry_system_meta(&mut stale, &old);
+        assert_eq!(
+            (stale["metadata"]["uid"].as_str(), stale["metadata"]["creationTimestamp"].as_str()),
+            (Some("u0"), Some("2024-01-01T00:00:00Z"))
+        );
+        let mut bare = json!({"metadata": {}});
+        carry_system_meta(&mut bare, &old);
+        assert_eq!(bare["metadata"]["uid"], "u1");
     }
 
     #[test]

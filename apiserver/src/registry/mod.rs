@@ -19,6 +19,7 @@ use meta::{meta_mut, meta_str};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+pub use delete::Propagation;
 pub use scale::ScaleOp;
 
 /// How unknown fields in a write are treated (`fieldValidation`).
@@ -70,6 +71,11 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
     pub dry_run: bool,
+    /// `propagationPolicy` (or what `orphanDependents` stands for); `None` leaves it to the
+    /// object's own GC finalizer.
+    pub propagation: Option<Propagation>,
+    /// The legacy `orphanDependents` as sent: `false` makes a deletion that waits answer 202.
+    pub orphan_dependents: Option<bool>,
 }
 
 pub struct Registry {
@@ -326,6 +332,14 @@ impl Registry {
         if let Some(rv) = meta_str(&body, "resourceVersion") {
             if parse_rv(rv) != Some(kv.mod_revision) {
                 return Err(ApiError::stale(info.group, info.plural, name));
+            }
+        }
+        // A uid in the body is a precondition: the write was meant for that object, not a namesake.
+        if let Some(uid) = meta_str(&body, "uid") {
+            let current = meta_str(&old, "uid").unwrap_or("");
+            if uid != current {
+                let why = format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {current}");
+                return Err(ApiError::conflict(info.group, info.plural, name, &why));
             }
         }
         let mut out = self.write_update(info, ns, name, body, &old, &kv, sub, opts)?;
