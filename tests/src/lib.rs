@@ -1,1 +1,210 @@
-//! End-to-end scenarios on a real lab (come with the lab issue).
+//! The end-to-end harness: a real `kaji lab` — the same command and code path a user runs —
+//! with kubectl as the client, taken down (and checked) at the end.
+//!
+//! It runs the built `target/<profile>/kaji` (beside this test's `deps/` directory) and needs
+//! root, `kubectl` on PATH and what `kaji lab up` checks (iproute2, util-linux's nsenter,
+//! busybox-static). A missing requirement fails the test; it never skips.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub use serde_json::{json, Value};
+
+/// A running lab in a temp dir; `kaji lab down --purge` runs on drop if the test did not.
+pub struct Lab {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub nodes: u8,
+    /// What `kaji lab up` printed on stderr (its progress lines).
+    pub progress: String,
+    kaji: PathBuf,
+    tmp: tempfile::TempDir,
+    down: bool,
+}
+
+/// The workspace's `kaji` binary, beside the directory holding this test executable.
+pub fn kaji_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps");
+    let kaji = profile_dir.join("kaji");
+    assert!(
+        kaji.exists(),
+        "{} is not built: run `cargo build -p kaji-cli -p kaji-agent -p kaji-apiserver -p kaji-controllers \
+         -p kaji-scheduler -p kaji-proxy` first (`cargo test --workspace` builds them)",
+        kaji.display()
+    );
+    kaji
+}
+
+/// A port nobody listens on right now (the lab refuses clearly if it is taken meanwhile).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// Fails (never skips) unless the machine can run a lab.
+pub fn require_lab_requirements() {
+    assert!(nix::unistd::geteuid().is_root(), "the end-to-end tests need root (they run `kaji lab up`)");
+    let kubectl = Command::new("kubectl").args(["version", "--client"]).output();
+    assert!(kubectl.is_ok_and(|o| o.status.success()), "kubectl is required on PATH (the tests use it as the client)");
+}
+
+impl Lab {
+    /// `kaji lab up --dir <tmp> --port <free> --nodes <nodes>`; panics with its output on failure.
+    pub fn up(nodes: u8) -> Lab {
+        require_lab_requirements();
+        let kaji = kaji_binary();
+        let tmp = tempfile::Builder::new().prefix("kaji-e2e-").tempdir().expect("tempdir");
+        let dir = tmp.path().join("lab");
+        let port = free_port();
+        let mut lab = Lab { dir, port, nodes, progress: String::new(), kaji, tmp, down: false };
+        let out = lab.kaji(&["up", "--nodes", &nodes.to_string()]);
+        lab.progress = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "kaji lab up failed:\n{}\n{}", lab.progress, lab.all_logs());
+        lab
+    }
+
+    /// `kaji lab <args…> --dir <dir>` (and `--port` for `up`).
+    pub fn kaji(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(&self.kaji);
+        c.arg("lab").args(args).arg("--dir").arg(&self.dir);
+        if args.first() == Some(&"up") {
+            c.args(["--port", &self.port.to_string()]);
+        }
+        c.stdin(Stdio::null()).output().expect("kaji runs")
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig").arg(self.kubeconfig()).arg("--cache-dir").arg(self.tmp.path().join("kube-cache"));
+        c.args(args);
+        c
+    }
+
+    /// kubectl with the lab's kubeconfig; the raw output.
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut c = self.kubectl_command(args);
+        c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("kubectl runs");
+        if let Some(input) = stdin {
+            use std::io::Write as _;
+            child.stdin.take().expect("piped stdin").write_all(input.as_bytes()).expect("write kubectl stdin");
+        }
+        child.wait_with_output().expect("kubectl finishes")
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args, None);
+        assert!(out.status.success(), "kubectl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl get <args> -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["get"];
+        all.extend(args);
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&all)).expect("kubectl -o json prints JSON")
+    }
+
+    /// `kubectl apply -f -` of `object`.
+    pub fn apply(&self, object: &Value) {
+        let out = self.kubectl_output(&["apply", "-f", "-"], Some(&object.to_string()));
+        assert!(out.status.success(), "kubectl apply failed: {}\n{object}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The root directory of node `i`'s agent.
+    pub fn node_dir(&self, i: u8) -> PathBuf {
+        self.dir.join(format!("node-{i}"))
+    }
+
+    pub fn node_name(i: u8) -> String {
+        format!("kaji-lab-node-{i}")
+    }
+
+    pub fn node_ip(i: u8) -> String {
+        format!("172.30.0.{}", 10 + u16::from(i))
+    }
+
+    /// Every component log, for failure messages.
+    pub fn all_logs(&self) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return out };
+        let mut logs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        for p in logs {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            out += &format!("--- {} (last {} lines)\n", p.display(), tail.len());
+            for l in tail.into_iter().rev() {
+                out += l;
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// `kaji lab down --purge`; its output. Drop will not run it again.
+    pub fn down(&mut self) -> Output {
+        self.down = true;
+        self.kaji(&["down", "--purge"])
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !self.down {
+            let out = self.kaji(&["down", "--purge"]);
+            if !out.status.success() {
+                eprintln!("kaji lab down after a failure: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    }
+}
+
+/// Polls `f` until it returns Some, at most `timeout`; panics with `what` and the last attempt.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(last) if Instant::now() > deadline => panic!("{what}: not after {}s; last: {last}", timeout.as_secs()),
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+/// A snapshot of the host's network namespace: links, addresses, routes, forwarding, iptables.
+/// The lab must leave it exactly as it was.
+pub fn host_network_snapshot() -> String {
+    let run = |args: &[&str]| {
+        Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("{args:?}: {e}"))
+    };
+    let links: Vec<String> =
+        run(&["ip", "-o", "link", "show"]).lines().filter_map(|l| l.split(": ").nth(1).map(str::to_string)).collect();
+    let addrs: Vec<String> = run(&["ip", "-o", "addr", "show"])
+        .lines()
+        .map(|l| l.split_whitespace().skip(1).take(3).collect::<Vec<_>>().join(" "))
+        .collect();
+    let forwarding = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap_or_default();
+    format!(
+        "links: {links:?}\naddresses: {addrs:?}\nroutes:\n{}ip_forward: {forwarding}filter:\n{}nat:\n{}",
+        run(&["ip", "route", "show", "table", "all"]),
+        run(&["iptables", "-S"]),
+        run(&["iptables", "-t", "nat", "-S"]),
+    )
+}

@@ -1,0 +1,312 @@
+//! The lab's shape, decided before anything runs (pure): namespace names, addresses, the `ip`
+//! commands that build the network, and every component's binary, namespace and flags.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The lab network: a bridge in the lab namespace, nodes at `.11`, `.12`, … on it. Every lab has
+/// its own lab namespace, so two labs use the same addresses without meeting.
+pub const BRIDGE: &str = "br0";
+pub const BRIDGE_IP: &str = "172.30.0.1";
+pub const PREFIX_LEN: u8 = 24;
+/// Node pod CIDRs are cut from this (the agents' and the controller manager's default).
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The lab's registry, in the lab namespace on the bridge address.
+pub const REGISTRY: &str = "172.30.0.1:5000";
+pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+/// The demo image, imported into every node's store from the host's busybox-static.
+pub const DEMO_IMAGE: &str = "kaji.local/busybox:lab";
+
+/// One lab: where it keeps its files, the apiserver's port (also the forwarder's on the host's
+/// loopback, and part of every namespace and cgroup name) and its node count.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lab {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub nodes: u8,
+}
+
+/// A process the lab runs: `binary` (a file beside `kaji`) with `args`, inside network namespace
+/// `netns` (None: the host's). Its pid is kept in `<dir>/<name>.pid`, its output in `<name>.log`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Component {
+    pub name: String,
+    pub binary: String,
+    pub netns: Option<String>,
+    pub args: Vec<String>,
+}
+
+impl Lab {
+    /// The lab namespace (bridge, control plane, registry).
+    pub fn netns(&self) -> String {
+        format!("kaji-lab-{}", self.port)
+    }
+
+    /// Whether a namespace or cgroup name belongs to this lab.
+    pub fn owns(&self, name: &str) -> bool {
+        let base = self.netns();
+        name == base || name.strip_prefix(&base).is_some_and(|rest| rest.starts_with('-'))
+    }
+
+    pub fn node_netns(&self, i: u8) -> String {
+        format!("kaji-lab-{}-node-{i}", self.port)
+    }
+
+    pub fn node_name(i: u8) -> String {
+        format!("kaji-lab-node-{i}")
+    }
+
+    pub fn node_ip(i: u8) -> String {
+        format!("172.30.0.{}", 10 + u16::from(i))
+    }
+
+    pub fn node_dir(&self, i: u8) -> PathBuf {
+        self.dir.join(format!("node-{i}"))
+    }
+
+    /// Each node's pod cgroups live under this parent in every hierarchy.
+    pub fn cgroup_parent(&self, i: u8) -> String {
+        self.node_netns(i)
+    }
+
+    /// What the user's kubectl uses: the forwarder on the host's loopback.
+    pub fn server(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What the nodes use: the apiserver on the lab bridge.
+    fn bridge_server(&self) -> String {
+        format!("http://{BRIDGE_IP}:{}", self.port)
+    }
+
+    pub fn node_ids(&self) -> impl Iterator<Item = u8> {
+        1..=self.nodes
+    }
+
+    pub fn state_file(dir: &Path) -> PathBuf {
+        dir.join("lab.json")
+    }
+
+    /// The `ip` invocations that build the lab namespace and its bridge.
+    pub fn lab_net_plan(&self) -> Vec<Vec<String>> {
+        let ns = self.netns();
+        let bridge_addr = format!("{BRIDGE_IP}/{PREFIX_LEN}");
+        vec![
+            argv(&["netns", "add", &ns]),
+            argv(&["-n", &ns, "link", "set", "lo", "up"]),
+            argv(&["-n", &ns, "link", "add", BRIDGE, "type", "bridge"]),
+            argv(&["-n", &ns, "addr", "add", &bridge_addr, "dev", BRIDGE]),
+            argv(&["-n", &ns, "link", "set", BRIDGE, "up"]),
+        ]
+    }
+
+    /// The `ip` invocations that plug node `i` into the bridge. The veth pair is created in the
+    /// lab namespace with its peer born in the node's, so no link ever exists in the host's.
+    pub fn node_net_plan(&self, i: u8) -> Vec<Vec<String>> {
+        let (lab, node) = (self.netns(), self.node_netns(i));
+        let port = format!("node-{i}");
+        let addr = format!("{}/{PREFIX_LEN}", Lab::node_ip(i));
+        vec![
+            argv(&["netns", "add", &node]),
+            argv(&["-n", &lab, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &node]),
+            argv(&["-n", &lab, "link", "set", &port, "master", BRIDGE, "up"]),
+            argv(&["-n", &node, "link", "set", "lo", "up"]),
+            argv(&["-n", &node, "addr", "add", &addr, "dev", "eth0"]),
+            argv(&["-n", &node, "link", "set", "eth0", "up"]),
+            argv(&["-n", &node, "route", "add", "default", "via", BRIDGE_IP]),
+        ]
+    }
+
+    /// Every component in start order (`down` stops them in reverse).
+    pub fn components(&self) -> Vec<Component> {
+        let lab = Some(self.netns());
+        let local = self.server();
+        let mut all = vec![
+            Component {
+                name: "apiserver".into(),
+                binary: "kaji-apiserver".into(),
+                netns: lab.clone(),
+                args: argv(&[
+                    "--bind-address",
+                    "0.0.0.0",
+                    "--port",
+                    &self.port.to_string(),
+                    "--data-dir",
+                    &self.dir.join("apiserver-data").to_string_lossy(),
+                ]),
+            },
+            Component {
+                name: "forward".into(),
+                binary: "kaji".into(),
+                netns: None,
+                args: argv(&[
+                    "lab",
+                    "forward",
+                    "--netns",
+                    &self.netns(),
+                    "--listen",
+                    &format!("127.0.0.1:{}", self.port),
+                    "--to",
+                    &format!("127.0.0.1:{}", self.port),
+                ]),
+            },
+            Component {
+                name: "registry".into(),
+                binary: REGISTRY_BIN.into(),
+                netns: lab.clone(),
+                args: argv(&["serve", &self.dir.join("registry/config.yml").to_string_lossy()]),
+            },
+            Component {
+                name: "controller-manager".into(),
+                binary: "kaji-controller-manager".into(),
+                netns: lab.clone(),
+                args: argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]),
+            },
+            Component {
+                name: "scheduler".into(),
+                binary: "kaji-scheduler".into(),
+                netns: lab,
+                args: argv(&["--master", &local]),
+            },
+        ];
+        for i in self.node_ids() {
+            all.push(self.agent(i));
+        }
+        for i in self.node_ids() {
+            all.push(Component {
+                name: format!("proxy-{i}"),
+                binary: "kaji-proxy".into(),
+                netns: Some(self.node_netns(i)),
+                args: argv(&[
+                    "--master",
+                    &self.bridge_server(),
+                    "--hostname-override",
+                    &Lab::node_name(i),
+                    "--cluster-cidr",
+                    CLUSTER_CIDR,
+                ]),
+            });
+        }
+        all
+    }
+
+    fn agent(&self, i: u8) -> Component {
+        Component {
+            name: format!("agent-{i}"),
+            binary: "kaji-agent".into(),
+            netns: Some(self.node_netns(i)),
+            args: argv(&[
+                "--master",
+                &self.bridge_server(),
+                "--node-name",
+                &Lab::node_name(i),
+                "--node-ip",
+                &Lab::node_ip(i),
+                "--root-dir",
+                &self.node_dir(i).to_string_lossy(),
+                "--cgroup-parent",
+                &self.cgroup_parent(i),
+                // kaji0 + a veth per pod, routes to the other nodes' pod CIDRs via their eth0.
+                "--pod-network",
+                "bridge",
+                "--cluster-cidr",
+                CLUSTER_CIDR,
+                "--insecure-registry",
+                REGISTRY,
+                // As kind does: a lab shares the developer's disk, so a nearly full disk must
+                // not taint its nodes.
+                "--eviction-hard",
+                "nodefs.available<0%",
+            ]),
+        }
+    }
+
+    /// `kaji-agent cleanup` for node `i` (run inside the node's namespace, the agent stopped).
+    pub fn cleanup_args(&self, i: u8) -> Vec<String> {
+        argv(&["--root-dir", &self.node_dir(i).to_string_lossy(), "--cgroup-parent", &self.cgroup_parent(i), "cleanup"])
+    }
+}
+
+fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| (*s).to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Lab {
+        Lab { dir: PathBuf::from("/tmp/l"), port: 7001, nodes: 2 }
+    }
+
+    #[test]
+    fn names_carry_the_port_so_two_labs_coexist() {
+        let l = lab();
+        assert_eq!(l.netns(), "kaji-lab-7001");
+        assert_eq!(l.node_netns(2), "kaji-lab-7001-node-2");
+        assert_eq!(l.cgroup_parent(1), "kaji-lab-7001-node-1");
+        assert!(l.owns("kaji-lab-7001") && l.owns("kaji-lab-7001-node-3"));
+        assert!(!l.owns("kaji-lab-70011") && !l.owns("kaji-lab-700") && !l.owns("kaji-lab-70011-node-1"));
+    }
+
+    #[test]
+    fn every_ip_command_names_a_lab_namespace() {
+        let l = lab();
+        let plans = [l.lab_net_plan(), l.node_net_plan(1), l.node_net_plan(2)].concat();
+        for cmd in &plans {
+            let ns = match cmd.as_slice() {
+                [netns, add, ns] if netns == "netns" && add == "add" => ns,
+                [n, ns, ..] if n == "-n" => ns,
+                other => panic!("command outside a namespace: {other:?}"),
+            };
+            assert!(l.owns(ns), "{cmd:?}");
+        }
+        let veth = &l.node_net_plan(2)[1];
+        assert_eq!(
+            veth.join(" "),
+            "-n kaji-lab-7001 link add node-2 type veth peer name eth0 netns kaji-lab-7001-node-2"
+        );
+        assert!(l
+            .node_net_plan(2)
+            .iter()
+            .any(|c| c.join(" ") == "-n kaji-lab-7001-node-2 addr add 172.30.0.12/24 dev eth0"));
+    }
+
+    #[test]
+    fn control_plane_runs_in_the_lab_namespace_and_nodes_in_their_own() {
+        let all = lab().components();
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "apiserver",
+                "forward",
+                "registry",
+                "controller-manager",
+                "scheduler",
+                "agent-1",
+                "agent-2",
+                "proxy-1",
+                "proxy-2"
+            ]
+        );
+        let ns = |n: &str| all.iter().find(|c| c.name == n).and_then(|c| c.netns.clone());
+        assert_eq!(ns("apiserver").as_deref(), Some("kaji-lab-7001"));
+        assert_eq!(ns("forward"), None);
+        assert_eq!(ns("registry").as_deref(), Some("kaji-lab-7001"));
+        assert_eq!(ns("agent-2").as_deref(), Some("kaji-lab-7001-node-2"));
+        assert_eq!(ns("proxy-1").as_deref(), Some("kaji-lab-7001-node-1"));
+        let agent = all.iter().find(|c| c.name == "agent-2").map(|c| c.args.join(" ")).unwrap_or_default();
+        for want in [
+            "--master http://172.30.0.1:7001",
+            "--node-ip 172.30.0.12",
+            "--root-dir /tmp/l/node-2",
+            "--cgroup-parent kaji-lab-7001-node-2",
+            "--pod-network bridge --cluster-cidr 10.244.0.0/16 --insecure-registry 172.30.0.1:5000",
+        ] {
+            assert!(agent.contains(want), "{agent} lacks {want}");
+        }
+        let cm = all.iter().find(|c| c.name == "controller-manager").map(|c| c.args.join(" ")).unwrap_or_default();
+        assert!(cm.contains("--allocate-node-cidrs true --cluster-cidr 10.244.0.0/16"), "{cm}");
+    }
+}

@@ -1,0 +1,213 @@
+//! `kaji lab up` and `kaji lab restart`: checks, network namespaces, control plane, forwarder,
+//! nodes, demo — one progress line per step.
+
+use super::topology::{Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY};
+use super::{demo, image, net, procs, registry, step, State};
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use std::time::{Duration, Instant};
+
+pub async fn up(lab: Lab, with_demo: bool) -> Result<()> {
+    step("checking what the lab needs", async { preflight(&lab) }).await?;
+    std::fs::create_dir_all(&lab.dir).with_context(|| format!("cannot create {}", lab.dir.display()))?;
+    // Absolute, so the leftover check recognises mounts and command lines below it.
+    let lab = Lab { dir: lab.dir.canonicalize()?, ..lab };
+    let state = State { lab: lab.clone(), components: lab.components() };
+    state.save()?;
+    let result = start(&state, with_demo).await;
+    if result.is_err() {
+        let dir = lab.dir.display();
+        eprintln!("kaji lab up failed; what it started is still running: `kaji lab down --dir {dir}` removes it (logs in {dir})");
+    }
+    result
+}
+
+async fn start(state: &State, with_demo: bool) -> Result<()> {
+    let lab = &state.lab;
+    let what = format!("creating network namespace {} (bridge {BRIDGE} {BRIDGE_IP}/{PREFIX_LEN})", lab.netns());
+    step(&what, async { net::run_plan(&lab.lab_net_plan()) }).await?;
+    for i in lab.node_ids() {
+        let what = format!("creating network namespace {} (eth0 {}/{PREFIX_LEN})", lab.node_netns(i), Lab::node_ip(i));
+        step(&what, async { net::run_plan(&lab.node_net_plan(i)) }).await?;
+    }
+    let what = format!("starting kaji-apiserver in {} ({BRIDGE_IP}:{}, embedded store)", lab.netns(), lab.port);
+    step(&what, spawn(state, "apiserver")).await?;
+    let what = format!("starting the API forwarder (127.0.0.1:{} to {})", lab.port, lab.netns());
+    step(&what, spawn(state, "forward")).await?;
+    let what = format!("starting docker-registry in {} ({REGISTRY})", lab.netns());
+    step(&what, async {
+        registry::write_config(lab)?;
+        spawn(state, "registry").await
+    })
+    .await?;
+    let client = client(&lab.server())?;
+    step("waiting for the API", wait_ready(&client)).await?;
+    let kubeconfig = lab.dir.join("kubeconfig");
+    step("writing kubeconfig", async {
+        std::fs::write(&kubeconfig, kubeconfig_text(&lab.server())).context("cannot write kubeconfig")
+    })
+    .await?;
+    for c in ["controller-manager", "scheduler"] {
+        step(&format!("starting kaji-{c} in {}", lab.netns()), spawn(state, c)).await?;
+    }
+    let rootfs = lab.dir.join("demo-rootfs");
+    step(&format!("building the demo image from {}", image::BUSYBOX), async { image::busybox_rootfs(&rootfs) }).await?;
+    let what = format!("pushing it to the registry as {REGISTRY}/{}", registry::SEED);
+    step(&what, registry::seed(lab, &rootfs)).await?;
+    for i in lab.node_ids() {
+        let what = format!(
+            "starting node {} (kaji-agent, kaji-proxy in {}, {})",
+            Lab::node_name(i),
+            lab.node_netns(i),
+            Lab::node_ip(i)
+        );
+        step(&what, async {
+            image::import(lab, i, &rootfs)?;
+            spawn(state, &format!("agent-{i}")).await?;
+            spawn(state, &format!("proxy-{i}")).await
+        })
+        .await?;
+    }
+    let _ = std::fs::remove_dir_all(&rootfs);
+    step(&format!("waiting for {} node(s) to be Ready", lab.nodes), wait_nodes(&client, lab.nodes)).await?;
+    if with_demo {
+        let what =
+            format!("applying the demo workload (namespace demo: deployment hello x{}, service hello)", lab.nodes);
+        step(&what, demo::apply(&client, lab.nodes)).await?;
+        let what = "waiting for the demo pods, one per node";
+        step(what, demo::wait_spread(&client, lab.nodes, Duration::from_secs(120))).await?;
+    }
+    let dir = lab.dir.display();
+    let dir_flag =
+        if lab.dir == std::path::Path::new(super::DEFAULT_DIR) { String::new() } else { format!(" --dir {dir}") };
+    println!(
+        "\nkaji lab is up: {} node(s), API {} (forwarded into {}); files in {dir}",
+        lab.nodes,
+        lab.server(),
+        lab.netns()
+    );
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    if with_demo {
+        println!("  kubectl get pods -n demo -o wide             # one pod per node");
+        println!("  kubectl logs -n demo deploy/hello -c peers   # answers from the other nodes");
+    }
+    println!("  kaji lab status{dir_flag}        # components and nodes");
+    println!("  kaji lab logs agent-1{dir_flag}  # any component's log");
+    println!("  kaji lab down{dir_flag}          # stop it (add --purge to delete its files)");
+    Ok(())
+}
+
+/// Refuses early and clearly: not root, a tool or binary missing, this lab (or one on this port)
+/// already there, the port taken.
+fn preflight(lab: &Lab) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("kaji lab needs root: it creates network namespaces, cgroups and mounts");
+    }
+    for (tool, flag, package) in [(net::IP, "-V", "iproute2"), (procs::NSENTER, "--version", "util-linux")] {
+        let ok = std::process::Command::new(tool).arg(flag).output().is_ok_and(|o| o.status.success());
+        if !ok {
+            bail!("`{tool}` is missing (apt-get install {package})");
+        }
+    }
+    for c in lab.components() {
+        procs::sibling_binary(&c.binary)?;
+    }
+    if !std::path::Path::new(image::BUSYBOX).exists() {
+        bail!("{} is missing: the demo image is built from it (apt-get install busybox-static)", image::BUSYBOX);
+    }
+    if let Ok(old) = State::load(&lab.dir) {
+        if let Some((c, pid)) = old.components.iter().find_map(|c| procs::running(&lab.dir, c).map(|p| (c, p))) {
+            bail!(
+                "a lab is already running from {} ({} pid {pid}); run `kaji lab down --dir {}` first",
+                lab.dir.display(),
+                c.name,
+                lab.dir.display()
+            );
+        }
+    }
+    if let Some(ns) = net::lab_namespaces(lab).first() {
+        bail!("network namespace {ns} exists: a lab on port {} is up or was not taken down (`kaji lab down --dir <its dir>`)", lab.port);
+    }
+    std::net::TcpListener::bind(("127.0.0.1", lab.port))
+        .with_context(|| format!("127.0.0.1:{} is taken; pick another --port", lab.port))?;
+    Ok(())
+}
+
+async fn spawn(state: &State, name: &str) -> Result<()> {
+    let c = state.component(name)?;
+    procs::spawn(&state.lab.dir, c).map(drop)
+}
+
+/// `kaji lab restart <component>`: stop it (if running) and start it as `up` did.
+pub fn restart(state: &State, name: &str) -> Result<()> {
+    let c = state.component(name)?;
+    let dir = &state.lab.dir;
+    if let Some(pid) = procs::running(dir, c) {
+        eprint!("stopping {name} (pid {pid}) ... ");
+        if !procs::stop(pid, &c.binary, Duration::from_secs(15)) {
+            eprintln!("failed: still running");
+            bail!("{name} (pid {pid}) did not stop");
+        }
+        eprintln!("done");
+    }
+    eprint!("starting {name} ... ");
+    match procs::spawn(dir, c) {
+        Ok(pid) => {
+            eprintln!("done (pid {pid})");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("failed: {e:#}");
+            Err(e)
+        }
+    }
+}
+
+pub fn kubeconfig_text(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {server}\n  name: kaji-lab\ncontexts:\n- context:\n    cluster: kaji-lab\n    user: admin\n  name: kaji-lab\ncurrent-context: kaji-lab\nusers:\n- name: admin\n  user: {{}}\n"
+    )
+}
+
+pub fn client(server: &str) -> Result<kube::Client> {
+    let config = kube::Config::new(server.parse().context("bad server URL")?);
+    kube::Client::try_from(config).context("cannot build a client")
+}
+
+async fn wait_ready(client: &kube::Client) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.apiserver_version().await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                bail!("no answer through the forwarder after 30s: {e} (see apiserver.log, forward.log)")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Whether the Node reports Ready=True.
+pub fn ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
+    let nodes = Api::<Node>::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = nodes.list(&ListParams::default()).await?;
+        let ready = list.items.iter().filter(|n| ready(n)).count();
+        if ready >= usize::from(want) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{ready} of {want} nodes Ready after 60s (see agent-<i>.log)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
