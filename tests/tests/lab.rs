@@ -29,6 +29,7 @@ fn three_node_lab() {
     a_pod_reaches_another_nodes_ip(&lab);
     the_demo_service_answers_from_every_node(&lab);
     a_pod_reaches_itself_through_its_service(&lab);
+    a_service_spreads_over_its_backends_and_follows_a_scale_down(&lab);
     pod_ips_are_unique_and_inside_their_nodes_cidr(&lab);
     restarting_an_agent_keeps_connectivity(&lab, &servers);
     deleting_pods_frees_their_addresses(&lab);
@@ -271,6 +272,97 @@ fn a_pod_reaches_itself_through_its_service(lab: &Lab) {
     assert_eq!(str_at(&pod, "/status/phase"), "Succeeded", "a pod could not reach itself through its Service: {logs}");
     // Earlier tries may time out ("Terminated") until the proxy has the endpoint.
     assert_eq!(logs.lines().last().map(str::trim), Some("hairpin"), "{logs}");
+}
+
+/// Runs a pod on `node` that fetches `url` `n` times; returns the answers (failed tries print
+/// nothing).
+fn fetch_many(lab: &Lab, name: &str, node: u8, url: &str, n: u32) -> Vec<String> {
+    let script = format!("for i in $(seq 1 {n}); do timeout 3 wget -q -O- {url} 2>/dev/null; done; true");
+    lab.apply(&json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"role": "client"}},
+        "spec": {"nodeName": Lab::node_name(node), "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "wget", "image": IMAGE, "command": ["sh", "-c", script]}]}
+    }));
+    wait_for(&format!("{name} finished"), Duration::from_secs(120), || {
+        let p = lab.get_json(&["pod", "-n", NS, name]);
+        match str_at(&p, "/status/phase").as_str() {
+            "Succeeded" | "Failed" => Ok(()),
+            other => Err(other.to_string()),
+        }
+    });
+    let logs = lab.kubectl(&["logs", "-n", NS, name]);
+    lab.kubectl(&["delete", "pod", "-n", NS, name, "--wait=false"]);
+    logs.lines().map(str::trim).filter(|l| l.starts_with("backend-")).map(str::to_string).collect()
+}
+
+fn a_service_spreads_over_its_backends_and_follows_a_scale_down(lab: &Lab) {
+    // Issue 8's end-to-end check: 3 replicas spread over the nodes behind one ClusterIP, fetched
+    // from a pod 100 times, must all answer; scaled to 1, the one left gets everything.
+    lab.apply(&json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "backend", "namespace": NS},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "backend"}},
+                 "template": {"metadata": {"labels": {"app": "backend"}},
+                              "spec": {"terminationGracePeriodSeconds": 1,
+                                       "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                           "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "backend"}}}],
+                                       "containers": [{"name": "web", "image": IMAGE, "command": ["sh", "-c",
+                                           "echo backend-$HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www"]}]}}}
+    }));
+    lab.apply(&json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "backend", "namespace": NS},
+        "spec": {"selector": {"app": "backend"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    }));
+    let ready = |n: usize| {
+        wait_for(&format!("{n} backend endpoint(s)"), Duration::from_secs(90), || {
+            let eps = lab.get_json(&["endpoints", "-n", NS, "backend"]);
+            let addrs = eps.pointer("/subsets/0/addresses").and_then(Value::as_array).map_or(0, Vec::len);
+            let not_ready = eps.pointer("/subsets/0/notReadyAddresses").and_then(Value::as_array).map_or(0, Vec::len);
+            if addrs == n && not_ready == 0 {
+                Ok(())
+            } else {
+                Err(format!("{addrs} ready, {not_ready} not"))
+            }
+        })
+    };
+    ready(3);
+    let ip = str_at(&lab.get_json(&["service", "-n", NS, "backend"]), "/spec/clusterIP");
+    let url = format!("http://{ip}/");
+    // Rules follow the endpoints within a sync period; give the first fetches room to land.
+    let answers = wait_for("all 3 backends answering the ClusterIP", Duration::from_secs(60), || {
+        let got = fetch_many(lab, &format!("spread-{}", fastrand_suffix()), 2, &url, 100);
+        let distinct: BTreeSet<&String> = got.iter().collect();
+        if distinct.len() == 3 && got.len() >= 95 {
+            Ok(got.clone())
+        } else {
+            Err(format!("{} answers from {distinct:?}", got.len()))
+        }
+    });
+    assert!(answers.len() >= 95, "{answers:?}");
+    lab.kubectl(&["scale", "deployment", "-n", NS, "backend", "--replicas=1"]);
+    ready(1);
+    let left = wait_for("the one backend left getting everything", Duration::from_secs(60), || {
+        let got = fetch_many(lab, &format!("spread-{}", fastrand_suffix()), 3, &url, 100);
+        let distinct: BTreeSet<&String> = got.iter().collect();
+        if distinct.len() == 1 && got.len() == 100 {
+            Ok(got[0].clone())
+        } else {
+            Err(format!("{} answers from {distinct:?}", got.len()))
+        }
+    });
+    let survivor = lab.get_json(&["pod", "-n", NS, left.strip_prefix("backend-").unwrap_or(&left)]);
+    assert!(
+        survivor.pointer("/metadata/deletionTimestamp").is_none() && str_at(&survivor, "/status/phase") == "Running",
+        "the answer comes from the pod still running: {survivor}"
+    );
+}
+
+fn fastrand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::SeqCst).to_string()
 }
 
 fn in_cidr(ip: Ipv4Addr, cidr: &str) -> bool {
