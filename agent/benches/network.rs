@@ -85,13 +85,12 @@ struct NodeNs {
     config: kaji_agent::Config,
 }
 
+/// Each attach's duration, and the sandboxes with their addresses.
+type Attached = (Vec<Duration>, Vec<(Sandbox, Ipv4Addr)>);
+
 /// On the node's thread: pod CIDR and routes, then `pods` sandboxes attached one after another.
 /// Returns each attach's duration and the sandboxes with their addresses.
-fn setup_node(
-    n: &NodeNs,
-    nodes: Vec<Arc<Node>>,
-    pods: usize,
-) -> anyhow::Result<(Vec<Duration>, Vec<(Sandbox, Ipv4Addr)>)> {
+fn setup_node(n: &NodeNs, nodes: Vec<Arc<Node>>, pods: usize) -> anyhow::Result<Attached> {
     let (config, root, name) = (n.config.clone(), n.root.clone(), n.name.clone());
     in_netns(n.ns.clone(), move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
