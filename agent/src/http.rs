@@ -1,6 +1,6 @@
 //! The agent's server (kubelet's port 10250): /healthz, /metrics, /pods, /containerLogs (with
 //! follow, tailLines, sinceSeconds, sinceTime, timestamps, previous, limitBytes) and
-//! /stats/summary from the cgroups.
+//! /stats/summary from the cgroups, and /exec (WebSocket, in `exec.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -203,6 +203,7 @@ pub fn router(m: Manager) -> Router {
         .route("/pods", get(pods))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/stats/summary", get(stats_summary))
+        .route("/exec/{ns}/{pod}/{container}", get(crate::exec::serve).post(crate::exec::serve))
         .with_state(m)
 }
 

@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 pub mod env;
+pub mod exec;
 pub mod http;
 pub mod logs;
 pub mod metrics;

@@ -103,6 +103,18 @@ enum Command {
         #[arg(long)]
         runc_root: Option<PathBuf>,
     },
+    /// The exec helper: joins a container's namespaces and cgroup and runs a command there.
+    #[command(hide = true)]
+    Nsenter {
+        #[arg(long)]
+        root: PathBuf,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        process: PathBuf,
+        #[arg(long)]
+        tty: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -153,6 +165,11 @@ fn main() -> anyhow::Result<()> {
             runc_root: runc_root.clone(),
         };
         std::process::exit(kaji_runtime::shim::main(a));
+    }
+    if let Some(Command::Nsenter { root, id, process, tty }) = &args.command {
+        // Single-threaded on purpose: setns into a mount namespace refuses threaded callers.
+        let a = kaji_runtime::nsenter::Args { root: root.clone(), id: id.clone(), process: process.clone(), tty: *tty };
+        std::process::exit(kaji_runtime::nsenter::main(a));
     }
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(args))
 }

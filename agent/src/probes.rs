@@ -1,8 +1,8 @@
 //! Container probes — startup, liveness, readiness — with Kubernetes' timing (initialDelaySeconds,
 //! periodSeconds, timeoutSeconds, success/failureThreshold). tcpSocket and httpGet probes connect
 //! from inside the pod's network namespace (a short-lived thread that joins it), so they need no
-//! route to the pod. exec probes need exec into the container, which the runtime does not offer
-//! yet: they are reported once as not supported and treated as passing.
+//! route to the pod. exec probes run their command in the container (the runtime's exec): exit 0
+//! passes, anything else fails with the command's output; past timeoutSeconds it is killed.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::runtime::Runtime;
 
 /// One probe's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +48,7 @@ pub fn port(p: &IntOrString, c: &Container) -> Result<u16, String> {
 pub enum Action {
     Tcp { addr: SocketAddr },
     Http { addr: SocketAddr, host: String, path: String, headers: Vec<(String, String)> },
+    Exec { command: Vec<String> },
     Unsupported(String),
 }
 
@@ -75,8 +78,12 @@ pub fn action(probe: &Probe, c: &Container) -> Result<Action, String> {
         let path = if path.starts_with('/') { path } else { format!("/{path}") };
         return Ok(Action::Http { addr, host: host_header, path, headers });
     }
-    if probe.exec.is_some() {
-        return Ok(Action::Unsupported("exec probes are not supported yet (the runtime has no exec)".into()));
+    if let Some(e) = &probe.exec {
+        let command = e.command.clone().unwrap_or_default();
+        if command.is_empty() {
+            return Err("exec probe has no command".into());
+        }
+        return Ok(Action::Exec { command });
     }
     if probe.grpc.is_some() {
         return Ok(Action::Unsupported("gRPC probes are not supported yet".into()));
@@ -106,9 +113,63 @@ fn tcp(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
     Ok(s)
 }
 
+/// kubelet keeps at most this much of an exec probe's output.
+const MAX_OUTPUT: usize = 10 * 1024;
+
+/// An exec probe: the command in the container, stdout and stderr combined. Blocking.
+fn exec(runtime: &Runtime, id: &str, command: &[String], timeout: Duration) -> Outcome {
+    let opts = kaji_runtime::ExecOptions { stdout: true, stderr: true, ..Default::default() };
+    let mut e = match runtime.exec(id, command, &opts) {
+        Ok(e) => e,
+        Err(err) => return Outcome::Failure(format!("failed to exec in container: {err}")),
+    };
+    let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let readers: Vec<_> = [e.stdout.take(), e.stderr.take()]
+        .into_iter()
+        .flatten()
+        .map(|mut f| {
+            let out = output.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = f.read(&mut buf) {
+                    if let Ok(mut o) = out.lock() {
+                        let room = MAX_OUTPUT.saturating_sub(o.len());
+                        o.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            })
+        })
+        .collect();
+    let control = e.control();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(e.wait());
+    });
+    let code = match rx.recv_timeout(timeout) {
+        Ok(Ok(code)) => code,
+        Ok(Err(err)) => return Outcome::Failure(format!("failed to wait for the probe command: {err}")),
+        Err(_) => {
+            control.kill();
+            return Outcome::Failure(format!("command {:?} timed out", command.join(" ")));
+        }
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    let text = output.lock().map(|o| String::from_utf8_lossy(&o).into_owned()).unwrap_or_default();
+    if code == 0 {
+        Outcome::Success
+    } else if text.is_empty() {
+        Outcome::Failure(format!("command {:?} exited with {code}", command.join(" ")))
+    } else {
+        Outcome::Failure(text)
+    }
+}
+
 fn perform(action: &Action, timeout: Duration) -> Outcome {
     match action {
         Action::Unsupported(why) => Outcome::Unsupported(why.clone()),
+        Action::Exec { .. } => Outcome::Unsupported("exec probes need the container runtime".into()),
         Action::Tcp { addr } => match tcp(*addr, timeout) {
             Ok(_) => Outcome::Success,
             Err(e) => Outcome::Failure(e),
@@ -149,8 +210,9 @@ fn perform(action: &Action, timeout: Duration) -> Outcome {
     }
 }
 
-/// Runs one probe, from inside `netns` if given (a fresh thread joins it; tokio's threads never do).
-pub async fn run(probe: &Probe, c: &Container, netns: Option<PathBuf>) -> Outcome {
+/// Runs one probe: an exec probe in container `target.1`, the others from inside `netns` if
+/// given (a fresh thread joins it; tokio's threads never do).
+pub async fn run(probe: &Probe, c: &Container, netns: Option<PathBuf>, target: (&Runtime, &str)) -> Outcome {
     let action = match action(probe, c) {
         Ok(a) => a,
         Err(e) => return Outcome::Failure(e),
@@ -159,6 +221,12 @@ pub async fn run(probe: &Probe, c: &Container, netns: Option<PathBuf>) -> Outcom
         return Outcome::Unsupported(why);
     }
     let timeout = Duration::from_secs(probe.timeout_seconds.unwrap_or(1).max(1) as u64);
+    if let Action::Exec { command } = action {
+        let (runtime, id) = (target.0.clone(), target.1.to_string());
+        return tokio::task::spawn_blocking(move || exec(&runtime, &id, &command, timeout))
+            .await
+            .unwrap_or_else(|_| Outcome::Failure("probe task died".into()));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new().name("probe".into()).spawn(move || {
         if let Some(ns) = netns {
@@ -246,7 +314,11 @@ mod tests {
         let a = action(&probe(json!({"tcpSocket": {"port": 53, "host": "10.0.0.2"}})), &c).expect("valid");
         assert_eq!(a, Action::Tcp { addr: "10.0.0.2:53".parse().expect("addr") });
         assert!(action(&probe(json!({"tcpSocket": {"port": "nope"}})), &c).is_err());
-        assert!(matches!(action(&probe(json!({"exec": {"command": ["true"]}})), &c), Ok(Action::Unsupported(_))));
+        assert_eq!(
+            action(&probe(json!({"exec": {"command": ["cat", "/tmp/healthy"]}})), &c),
+            Ok(Action::Exec { command: vec!["cat".into(), "/tmp/healthy".into()] })
+        );
+        assert!(action(&probe(json!({"exec": {}})), &c).is_err(), "an exec probe needs a command");
     }
 
     #[test]

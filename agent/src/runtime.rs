@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kaji_runtime::{ContainerRuntime, CreateOptions, Native, Runc, State};
+use kaji_runtime::{ContainerRuntime, CreateOptions, Exec, ExecOptions, Native, Runc, State};
 use nix::sys::signal::Signal;
 use oci_spec::runtime::Spec;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,8 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error("runtime task failed")]
     Join,
+    #[error("the container's spec has no process")]
+    NoProcess,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -220,6 +222,23 @@ impl Runtime {
         let path = self.state_root.join(id).join("exit.json");
         let modified = std::fs::metadata(path).ok()?.modified().ok()?;
         jiff::Timestamp::try_from(modified).ok()
+    }
+
+    /// Starts `command` in the running container `id` (blocking: call off the async workers),
+    /// with the container's own process spec — user, env, cwd, capabilities, rlimits — as
+    /// kubelet's runtimes do; a terminal also gets `TERM=xterm` unless the container sets TERM.
+    pub fn exec(&self, id: &str, command: &[String], opts: &ExecOptions) -> Result<Exec> {
+        let spec = kaji_runtime::spec::load(&self.bundle(id)).map_err(kaji_runtime::container::Error::from)?;
+        let mut process = spec.process().clone().ok_or(Error::NoProcess)?;
+        process.set_args(Some(command.to_vec()));
+        if opts.tty {
+            let mut env = process.env().clone().unwrap_or_default();
+            if !env.iter().any(|e| e.starts_with("TERM=")) {
+                env.push("TERM=xterm".into());
+            }
+            process.set_env(Some(env));
+        }
+        Ok(self.rt.exec(id, &process, opts)?)
     }
 
     pub fn usage(&self, id: &str) -> Option<kaji_runtime::cgroups::Usage> {

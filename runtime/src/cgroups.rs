@@ -28,6 +28,15 @@ pub enum Error {
     },
     #[error("failed to detect the cgroup setup")]
     Detect(#[source] Box<libcgroups::common::GetCgroupSetupError>),
+    #[error("failed to move process {pid} into {path}")]
+    Join {
+        pid: i32,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cgroup {0} does not exist in any hierarchy")]
+    Missing(PathBuf),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -100,6 +109,26 @@ pub fn directories(path: &Path) -> Result<Vec<PathBuf>> {
             dirs.dedup();
             Ok(dirs)
         }
+    }
+}
+
+/// Moves `pid` into the existing cgroup `path` in every hierarchy where it exists (as `runc exec`
+/// joins the container's cgroups); creates nothing and applies no limits.
+pub fn join(path: &Path, pid: Pid) -> Result<()> {
+    let mut joined = false;
+    for dir in directories(path)?.into_iter().filter(|d| d.is_dir()) {
+        let procs = dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.as_raw().to_string()).map_err(|source| Error::Join {
+            pid: pid.as_raw(),
+            path: procs.clone(),
+            source,
+        })?;
+        joined = true;
+    }
+    if joined {
+        Ok(())
+    } else {
+        Err(Error::Missing(path.to_path_buf()))
     }
 }
 

@@ -12,7 +12,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use oci_spec::runtime::Process;
+
 use crate::cgroups::{self, Cgroup, Usage};
+use crate::exec::{self, Exec, ExecOptions};
 use crate::state::{self, Dir, Exit, Record, State, Status};
 use crate::{spec, sys};
 
@@ -50,6 +53,8 @@ pub enum Error {
     Timeout(String),
     #[error("the shim of container {0} died without recording an exit status")]
     ShimGone(String),
+    #[error("exec failed: {message}")]
+    Exec { message: String },
     #[error("{binary} {verb} {id} failed: {message}")]
     Runc { binary: PathBuf, verb: &'static str, id: String, message: String },
 }
@@ -78,6 +83,10 @@ pub trait ContainerRuntime {
     fn delete(&self, id: &str, force: bool) -> Result<()>;
     fn list(&self) -> Result<Vec<String>>;
     fn usage(&self, id: &str) -> Result<Usage>;
+    /// Runs `process` inside the running container: its namespaces, its cgroup, and the
+    /// hardening `process` asks for (capabilities, no_new_privs, the spec's seccomp, rlimits,
+    /// user, env, cwd). Returns once the command runs, or why it could not start.
+    fn exec(&self, id: &str, process: &Process, opts: &ExecOptions) -> Result<Exec>;
 }
 
 /// What both backends share: the state root and the helper binary that runs the shim.
@@ -177,6 +186,15 @@ impl Common {
             }
         }
         state::read_json::<Exit>(&dir.exit())?.ok_or_else(|| Error::ShimGone(id.into()))
+    }
+
+    /// The container must be running (started, not exited) to exec into it.
+    fn exec_target(&self, id: &str) -> Result<Dir> {
+        let st = self.state(id)?;
+        if st.status != Status::Running {
+            return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "running" });
+        }
+        self.dir(id)
     }
 
     fn running(&self, id: &str) -> Result<State> {
@@ -303,6 +321,10 @@ impl ContainerRuntime for Native {
     fn usage(&self, id: &str) -> Result<Usage> {
         self.common.usage(id)
     }
+    fn exec(&self, id: &str, process: &Process, opts: &ExecOptions) -> Result<Exec> {
+        let dir = self.common.exec_target(id)?;
+        exec::native(&self.common.helper, &self.common.root, &dir.path, id, process, opts)
+    }
 }
 
 /// The reference backend: any OCI runtime binary with runc's command line, driven with the same
@@ -321,13 +343,15 @@ impl Runc {
         Runc { common: Common { root, helper: helper.into() }, binary: binary.into(), runc_root }
     }
 
-    fn run(&self, verb: &'static str, id: &str, extra: &[&str]) -> Result<()> {
+    /// `runc --root <root> <verb> <flags...> <id> <after...>` (runc wants `kill <id> <signal>`).
+    fn run(&self, verb: &'static str, id: &str, flags: &[&str], after: &[&str]) -> Result<()> {
         let out = Command::new(&self.binary)
             .arg("--root")
             .arg(&self.runc_root)
             .arg(verb)
-            .args(extra)
+            .args(flags)
             .arg(id)
+            .args(after)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| Error::Runc { binary: self.binary.clone(), verb, id: id.into(), message: e.to_string() })?;
@@ -355,7 +379,7 @@ impl ContainerRuntime for Runc {
         if st.status != Status::Created {
             return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "created" });
         }
-        self.run("start", id, &[])?;
+        self.run("start", id, &[], &[])?;
         let _ = std::fs::remove_file(self.common.dir(id)?.created_marker());
         Ok(())
     }
@@ -364,14 +388,14 @@ impl ContainerRuntime for Runc {
     }
     fn kill(&self, id: &str, signal: Signal) -> Result<()> {
         self.common.running(id)?;
-        self.run("kill", id, &[signal.as_str()])
+        self.run("kill", id, &[], &[signal.as_str()])
     }
     fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
         self.common.wait(id, timeout)
     }
     fn delete(&self, id: &str, force: bool) -> Result<()> {
-        let record = self.common.stop_for_delete(id, force, || self.run("kill", id, &["SIGKILL"]))?;
-        self.run("delete", id, &["--force"])?;
+        let record = self.common.stop_for_delete(id, force, || self.run("kill", id, &[], &["SIGKILL"]))?;
+        self.run("delete", id, &["--force"], &[])?;
         self.common.finish_delete(id, &record)
     }
     fn list(&self) -> Result<Vec<String>> {
@@ -379,5 +403,9 @@ impl ContainerRuntime for Runc {
     }
     fn usage(&self, id: &str) -> Result<Usage> {
         self.common.usage(id)
+    }
+    fn exec(&self, id: &str, process: &Process, opts: &ExecOptions) -> Result<Exec> {
+        let dir = self.common.exec_target(id)?;
+        exec::runc(&self.binary, &self.runc_root, &dir.path, id, process, opts)
     }
 }

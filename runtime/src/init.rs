@@ -1,6 +1,7 @@
 //! The container init: what the cloned child of the shim does before it becomes the container's
 //! process — join namespaces, build the rootfs, hostname, rlimits, user, capabilities,
-//! no_new_privs, seccomp — then wait for `start` and exec.
+//! no_new_privs, seccomp — then wait for `start` and exec. [`apply_process`] is the process
+//! hardening alone, shared with exec (`nsenter`).
 
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -100,6 +101,41 @@ fn setup_and_exec(mut ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<
             nix::unistd::sethostname(h).map_err(sys("set hostname"))?;
         }
     }
+    let prepared = apply_process(spec, process)?;
+
+    nix::unistd::dup2(devnull.as_raw_fd(), 0).map_err(sys("set up stdin"))?;
+    nix::unistd::dup2(ctx.stdout.as_raw_fd(), 1).map_err(sys("set up stdout"))?;
+    nix::unistd::dup2(ctx.stderr.as_raw_fd(), 2).map_err(sys("set up stderr"))?;
+    ready().map_err(Error::Start)?;
+    let mut byte = [0u8; 1];
+    ctx.start.read_exact(&mut byte).map_err(Error::Start)?;
+    let err = prepared.exec();
+    let _ = std::io::stderr().write_all(b"kaji-runtime: exec failed\n");
+    Err(err)
+}
+
+/// A process ready to be exec'd: the executable found in the (container's) root, argv, envp.
+pub struct Prepared {
+    exe: CString,
+    args: Vec<CString>,
+    env: Vec<CString>,
+}
+
+impl Prepared {
+    /// execve(2); returns only on failure.
+    pub fn exec(&self) -> Error {
+        match nix::unistd::execve(&self.exe, &self.args, &self.env) {
+            Err(source) => Error::Sys { op: format!("exec {}", self.exe.to_string_lossy()), source },
+            Ok(never) => match never {},
+        }
+    }
+}
+
+/// The hardening a process spec asks for, applied to the calling process, in the order runc
+/// applies it: rlimits, seccomp (before dropping capabilities unless no_new_privs lets an
+/// unprivileged process load it), cwd, user and groups, capabilities, no_new_privs. Used by the
+/// container init and by every process exec'd into the container, so both get the same.
+pub fn apply_process(spec: &Spec, process: &Process) -> Result<Prepared> {
     for rl in process.rlimits().iter().flatten() {
         setrlimit(resource(rl.typ()), rl.soft(), rl.hard()).map_err(sys(format!("set rlimit {}", rl.typ())))?;
     }
@@ -125,19 +161,7 @@ fn setup_and_exec(mut ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<
     if let (Some(f), true) = (&filter, nnp) {
         seccomp::load(f)?;
     }
-
-    nix::unistd::dup2(devnull.as_raw_fd(), 0).map_err(sys("set up stdin"))?;
-    nix::unistd::dup2(ctx.stdout.as_raw_fd(), 1).map_err(sys("set up stdout"))?;
-    nix::unistd::dup2(ctx.stderr.as_raw_fd(), 2).map_err(sys("set up stderr"))?;
-    ready().map_err(Error::Start)?;
-    let mut byte = [0u8; 1];
-    ctx.start.read_exact(&mut byte).map_err(Error::Start)?;
-    let err = nix::unistd::execve(&exe, &args, &env).map_err(sys(format!("exec {}", exe.to_string_lossy())));
-    let _ = std::io::stderr().write_all(b"kaji-runtime: exec failed\n");
-    match err {
-        Err(e) => Err(e),
-        Ok(never) => match never {},
-    }
+    Ok(Prepared { exe, args, env })
 }
 
 fn cstrings<'a>(items: impl Iterator<Item = &'a String>) -> Result<Vec<CString>> {

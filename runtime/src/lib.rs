@@ -4,9 +4,11 @@
 //! its backends. The modules below split the work by kernel concern.
 pub mod cgroups;
 pub mod container;
+pub mod exec;
 pub mod init;
 pub mod logs;
 pub mod namespaces;
+pub mod nsenter;
 pub mod rootfs;
 pub mod seccomp;
 pub mod shim;
@@ -15,4 +17,5 @@ pub mod state;
 pub mod sys;
 
 pub use container::{ContainerRuntime, CreateOptions, Native, Runc};
+pub use exec::{Exec, ExecOptions, WindowSize};
 pub use state::{Exit, State, Status};

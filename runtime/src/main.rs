@@ -63,6 +63,20 @@ enum Verb {
     },
     /// List container ids.
     List,
+    /// Run a command in a running container (its namespaces, cgroup and hardening); exits with
+    /// the command's exit code. Without --process, the container's own process spec is used
+    /// with the given arguments.
+    Exec {
+        id: String,
+        /// An OCI process JSON file describing the command.
+        #[arg(long)]
+        process: Option<PathBuf>,
+        /// Run on a new terminal.
+        #[arg(long, short)]
+        tty: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
     #[command(hide = true)]
     Shim {
         #[arg(long)]
@@ -75,6 +89,15 @@ enum Verb {
         runc: Option<PathBuf>,
         #[arg(long)]
         runc_root: Option<PathBuf>,
+    },
+    #[command(hide = true)]
+    Nsenter {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        process: PathBuf,
+        #[arg(long)]
+        tty: bool,
     },
 }
 
@@ -108,6 +131,11 @@ fn main() -> anyhow::Result<()> {
         };
         std::process::exit(kaji_runtime::shim::main(args));
     }
+    if let Verb::Nsenter { id, process, tty } = &cli.command {
+        let args =
+            kaji_runtime::nsenter::Args { root: cli.root.clone(), id: id.clone(), process: process.clone(), tty: *tty };
+        std::process::exit(kaji_runtime::nsenter::main(args));
+    }
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let rt = backend(&cli)?;
     match &cli.command {
@@ -138,9 +166,56 @@ fn main() -> anyhow::Result<()> {
                 println!("{id}");
             }
         }
-        Verb::Shim { .. } => bail!("unreachable: shim handled above"),
+        Verb::Exec { id, process, tty, command } => {
+            std::process::exit(exec(rt.as_ref(), id, process.as_deref(), *tty, command)?)
+        }
+        Verb::Shim { .. } | Verb::Nsenter { .. } => bail!("unreachable: helper verbs handled above"),
     }
     Ok(())
+}
+
+/// `exec`: our stdio copied to and from the command's; returns its exit code.
+fn exec(
+    rt: &dyn ContainerRuntime,
+    id: &str,
+    process: Option<&std::path::Path>,
+    tty: bool,
+    command: &[String],
+) -> anyhow::Result<i32> {
+    use std::io::copy;
+    let mut p: oci_spec::runtime::Process = match process {
+        Some(f) => serde_json::from_slice(&std::fs::read(f).with_context(|| format!("reading {}", f.display()))?)?,
+        None => {
+            let st = rt.state(id)?;
+            let spec = kaji_runtime::spec::load(&st.bundle)?;
+            spec.process().clone().context("the container's spec has no process")?
+        }
+    };
+    if !command.is_empty() {
+        p.set_args(Some(command.to_vec()));
+    }
+    let opts = kaji_runtime::ExecOptions { stdin: true, stdout: true, stderr: true, tty, size: None };
+    let mut e = rt.exec(id, &p, &opts)?;
+    let mut threads = Vec::new();
+    if let Some(mut t) = e.terminal.take() {
+        let mut input = t.try_clone()?;
+        std::thread::spawn(move || copy(&mut std::io::stdin(), &mut input));
+        threads.push(std::thread::spawn(move || copy(&mut t, &mut std::io::stdout())));
+    }
+    if let Some(mut i) = e.stdin.take() {
+        std::thread::spawn(move || copy(&mut std::io::stdin(), &mut i));
+    }
+    if let Some(mut o) = e.stdout.take() {
+        threads.push(std::thread::spawn(move || copy(&mut o, &mut std::io::stdout())));
+    }
+    if let Some(mut o) = e.stderr.take() {
+        threads.push(std::thread::spawn(move || copy(&mut o, &mut std::io::stderr())));
+    }
+    let code = e.wait()?;
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(code)
 }
 
 #[cfg(test)]

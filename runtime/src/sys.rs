@@ -1,8 +1,12 @@
 //! The few raw syscalls the runtime needs that no safe wrapper offers: clone with namespace flags,
-//! fork, pidfd_open and the child-subreaper prctl.
+//! fork, pidfd_open, the child-subreaper prctl, and for exec an extra fd for a spawned helper,
+//! pseudo-terminals (open, resize, controlling terminal).
 #![allow(unsafe_code)]
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
@@ -72,5 +76,85 @@ pub fn set_child_subreaper() -> Result<(), Errno> {
 pub fn set_parent_death_signal() -> Result<(), Errno> {
     // SAFETY: prctl with integer arguments only.
     let ret = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    Errno::result(ret).map(drop)
+}
+
+/// Spawns `cmd` (a fresh exec of a helper or of runc, never a fork that keeps running our code)
+/// with, between fork and exec: `extra` installed as fd `target` (a report pipe beside the
+/// stdio), and with `terminal`, a new session whose controlling terminal is stdin (runc bridges
+/// its own terminal to the one it makes in the container, and needs one to do that).
+pub fn spawn(cmd: &mut Command, extra: Option<(OwnedFd, RawFd)>, terminal: bool) -> std::io::Result<Child> {
+    let fd = extra.as_ref().map(|(fd, target)| (fd.as_raw_fd(), *target));
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2, fcntl,
+    // setsid and ioctl, which are async-signal-safe; it touches no heap, lock or Rust state.
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |ret: libc::c_int| if ret < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
+            if let Some((raw, target)) = fd {
+                if raw == target {
+                    // dup2 onto itself keeps FD_CLOEXEC: clear it so the fd survives exec.
+                    check(libc::fcntl(raw, libc::F_SETFD, 0))?;
+                } else {
+                    check(libc::dup2(raw, target))?;
+                }
+            }
+            if terminal {
+                check(libc::setsid())?;
+                check(libc::ioctl(0, libc::TIOCSCTTY, 0))?;
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn();
+    drop(extra);
+    child
+}
+
+/// Takes ownership of an inherited file descriptor (the helper's report pipe), if it is open.
+pub fn take_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).ok()?;
+    // SAFETY: the fd is open (F_GETFD succeeded) and was installed by our parent for us alone;
+    // nothing else in this freshly exec'd process refers to it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new pseudo-terminal: (master, slave), both close-on-exec, the slave never becoming our
+/// controlling terminal, with the given initial size.
+pub fn open_pty(size: Option<(u16, u16)>) -> std::io::Result<(File, File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let master = File::options().read(true).write(true).custom_flags(libc::O_NOCTTY).open("/dev/ptmx")?;
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one c_int through the pointer, which is valid for the call.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: TIOCGPTPEER takes the open flags by value and returns a new fd or -1.
+    let peer = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
+    if peer < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    let slave = File::from(unsafe { OwnedFd::from_raw_fd(peer) });
+    if let Some((cols, rows)) = size {
+        set_window_size(master.as_fd(), cols, rows)?;
+    }
+    Ok((master, slave))
+}
+
+/// Sets a terminal's size (TIOCSWINSZ); the foreground process group gets SIGWINCH.
+pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> std::io::Result<()> {
+    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCSWINSZ reads a winsize through the pointer, which is valid for the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes the terminal on `fd` this session leader's controlling terminal (TIOCSCTTY).
+pub fn set_controlling_terminal(fd: RawFd) -> Result<(), Errno> {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal from another session).
+    let ret = unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) };
     Errno::result(ret).map(drop)
 }

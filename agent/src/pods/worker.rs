@@ -878,14 +878,23 @@ impl Prober {
             let mut results: Vec<(&'static str, Outcome)> = Vec::new();
             if !started {
                 if let Some(p) = self.c.startup_probe.as_ref().filter(|p| check(p, &mut next_startup)) {
-                    results.push(("Startup", crate::probes::run(p, &self.c, self.netns.clone()).await));
+                    results.push((
+                        "Startup",
+                        crate::probes::run(p, &self.c, self.netns.clone(), (&self.s.runtime, &self.id)).await,
+                    ));
                 }
             } else {
                 if let Some(p) = self.c.liveness_probe.as_ref().filter(|p| check(p, &mut next_live)) {
-                    results.push(("Liveness", crate::probes::run(p, &self.c, self.netns.clone()).await));
+                    results.push((
+                        "Liveness",
+                        crate::probes::run(p, &self.c, self.netns.clone(), (&self.s.runtime, &self.id)).await,
+                    ));
                 }
                 if let Some(p) = self.c.readiness_probe.as_ref().filter(|p| check(p, &mut next_ready)) {
-                    results.push(("Readiness", crate::probes::run(p, &self.c, self.netns.clone()).await));
+                    results.push((
+                        "Readiness",
+                        crate::probes::run(p, &self.c, self.netns.clone(), (&self.s.runtime, &self.id)).await,
+                    ));
                 }
             }
             for (kind, outcome) in results {

@@ -2,6 +2,7 @@
 
 pub mod discovery;
 pub mod errors;
+pub mod exec;
 mod lists;
 pub mod logs;
 pub mod openapi;
@@ -35,7 +36,7 @@ use tracing::Instrument;
 pub struct AppState {
     pub registry: Registry,
     pub cache: Arc<Cache>,
-    /// Reaches the nodes' agents (pods/log).
+    /// Reaches the nodes' agents (pods/log, pods/exec).
     pub agents: AgentClient,
     pub metrics: Metrics,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
@@ -58,6 +59,7 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/openapi/v3", get(|| async { json_response(200, &openapi::index()) }))
         .route("/openapi/v3/{*gv}", get(openapi_doc))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/exec", axum::routing::any(exec::serve))
         .fallback(api)
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
         .with_state(state)

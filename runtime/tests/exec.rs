@@ -1,0 +1,243 @@
+//! Root-only tests of exec into a running container, native and runc: the command sees the
+//! container's namespaces, runs in its cgroup with its hardening, gets stdin, a terminal when
+//! asked, and its exit code comes back; nothing is left behind.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{stdout_of, Fixture};
+use kaji_runtime::{ContainerRuntime, CreateOptions, ExecOptions, WindowSize};
+use oci_spec::runtime::{Process, Spec};
+
+/// Fails (never skips) when the machine cannot run these tests.
+fn require(runc: bool) {
+    assert!(nix::unistd::geteuid().is_root(), "exec tests need root");
+    assert!(Path::new("/bin/busybox").exists(), "needs /bin/busybox: apt-get install -y busybox-static");
+    if runc {
+        assert!(common::runc_binary().is_some(), "needs runc: apt-get install -y runc");
+    }
+}
+
+const INIT: &str = "echo ready; while :; do sleep 1; done";
+
+/// Creates and starts a long-running container and waits until its shell runs.
+fn start(fx: &mut Fixture, rt: &dyn ContainerRuntime, id: &str) -> anyhow::Result<Spec> {
+    let mut spec = fx.spec(id, INIT)?;
+    spec.set_hostname(Some("exec-host".into()));
+    let bundle = fx.bundle(id, &spec)?;
+    let log = fx.log_path(id);
+    fx.created.push(id.to_string());
+    rt.create(id, &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+    rt.start(id)?;
+    for _ in 0..500 {
+        if stdout_of(&common::read_log(&log)).iter().any(|l| l == "ready") {
+            return Ok(spec);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    anyhow::bail!("container {id} never printed ready")
+}
+
+fn process(spec: &Spec, args: &[&str]) -> anyhow::Result<Process> {
+    let mut p = spec.process().clone().ok_or_else(|| anyhow::anyhow!("no process"))?;
+    p.set_args(Some(args.iter().map(|s| s.to_string()).collect()));
+    Ok(p)
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `args` in the container with pipes, feeding `input` to its stdin (then EOF).
+fn run(rt: &dyn ContainerRuntime, spec: &Spec, id: &str, args: &[&str], input: Option<&[u8]>) -> anyhow::Result<Ran> {
+    let opts = ExecOptions { stdin: input.is_some(), stdout: true, stderr: true, ..Default::default() };
+    let mut e = rt.exec(id, &process(spec, args)?, &opts)?;
+    if let (Some(mut w), Some(data)) = (e.stdin.take(), input) {
+        w.write_all(data)?;
+    }
+    let (mut out, mut err) = (e.stdout.take().expect("stdout pipe"), e.stderr.take().expect("stderr pipe"));
+    let errs = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let mut stdout = String::new();
+    out.read_to_string(&mut stdout)?;
+    let code = e.wait()?;
+    Ok(Ran { code, stdout, stderr: errs.join().unwrap_or_default() })
+}
+
+/// What an exec'd command observes, the same way under both backends.
+fn observe(rt: &dyn ContainerRuntime, spec: &Spec, id: &str) -> anyhow::Result<Vec<String>> {
+    let mut seen = Vec::new();
+    let r = run(rt, spec, id, &["hostname"], None)?;
+    seen.push(format!("hostname={} code={}", r.stdout.trim(), r.code));
+    let r = run(rt, spec, id, &["cat", "/proc/1/cmdline"], None)?;
+    seen.push(format!("pid1={}", r.stdout.replace('\0', " ").trim()));
+    let r = run(rt, spec, id, &["sh", "-c", "echo out; echo err >&2; exit 7"], None)?;
+    seen.push(format!("out={} err={} code={}", r.stdout.trim(), r.stderr.trim(), r.code));
+    let r = run(rt, spec, id, &["sh", "-c", "kill -9 $$"], None)?;
+    seen.push(format!("killed code={}", r.code));
+    let r = run(rt, spec, id, &["cat"], Some(b"hello stdin\n"))?;
+    seen.push(format!("stdin={} code={}", r.stdout.trim(), r.code));
+    let script = "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; id -u; pwd; echo $PATH; ulimit -n";
+    let r = run(rt, spec, id, &["sh", "-c", script], None)?;
+    seen.extend(r.stdout.lines().map(str::to_string));
+    Ok(seen)
+}
+
+#[test]
+fn exec_sees_the_containers_view_and_returns_its_exit_code() -> anyhow::Result<()> {
+    require(false);
+    let mut fx = Fixture::new()?;
+    let rt = fx.native();
+    let spec = start(&mut fx, &rt, "ex")?;
+    let seen = observe(&rt, &spec, "ex")?;
+    assert_eq!(seen[0], "hostname=exec-host code=0");
+    assert_eq!(seen[1], format!("pid1=/bin/sh -c {INIT}"), "the container's PID namespace and /proc");
+    assert_eq!(seen[2], "out=out err=err code=7");
+    assert_eq!(seen[3], "killed code=137");
+    assert_eq!(seen[4], "stdin=hello stdin code=0");
+    for want in ["CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "NoNewPrivs:\t1", "Seccomp:\t2", "0", "/"] {
+        assert!(seen.contains(&want.to_string()), "missing {want:?} in {seen:?}");
+    }
+
+    // A missing binary is an error naming it, and leaves no process behind.
+    let err = rt.exec("ex", &process(&spec, &["no-such-binary"])?, &ExecOptions::default()).err();
+    assert!(err.as_ref().is_some_and(|e| e.to_string().contains("no-such-binary")), "{err:?}");
+
+    // The exec'd process is in the container's cgroup and every one of its namespaces.
+    let opts = ExecOptions { stdout: true, ..Default::default() };
+    let mut e = rt.exec("ex", &process(&spec, &["sleep", "30"])?, &opts)?;
+    let init = rt.state("ex")?.pid;
+    let read = |pid: i32, what: &str| std::fs::read_to_string(format!("/proc/{pid}/{what}")).unwrap_or_default();
+    let pid = e.pid().as_raw();
+    assert_eq!(read(pid, "cgroup"), read(init, "cgroup"));
+    assert!(read(pid, "cgroup").contains(&fx.cgroup_parent), "{}", read(pid, "cgroup"));
+    for ns in ["mnt", "pid", "net", "ipc", "uts"] {
+        let link = |p: i32| std::fs::read_link(format!("/proc/{p}/ns/{ns}")).ok();
+        assert_eq!(link(pid), link(init), "{ns} namespace");
+        assert_ne!(link(pid), std::fs::read_link(format!("/proc/self/ns/{ns}")).ok(), "{ns} is not the host's");
+    }
+    e.stdout.take();
+    e.kill();
+    assert_eq!(e.wait()?, 137);
+    assert!(common::exited(pid));
+    let scratch: Vec<_> = std::fs::read_dir(fx.state_root.join("ex"))?
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("exec-"))
+        .collect();
+    assert!(scratch.is_empty(), "exec files left behind: {scratch:?}");
+
+    rt.delete("ex", true)?;
+    let err = rt.exec("ex", &process(&spec, &["true"])?, &ExecOptions::default()).err();
+    assert!(err.is_some(), "no exec into a deleted container");
+    fx.assert_clean();
+    Ok(())
+}
+
+/// Runs `sh -c script` on a terminal of `size`, types `input`, returns everything it printed.
+fn on_terminal(
+    rt: &dyn ContainerRuntime,
+    spec: &Spec,
+    id: &str,
+    script: &str,
+    size: WindowSize,
+    resize: Option<WindowSize>,
+) -> anyhow::Result<(i32, String)> {
+    let opts = ExecOptions { stdin: true, stdout: true, tty: true, size: Some(size), ..Default::default() };
+    let mut e = rt.exec(id, &process(spec, &["sh", "-c", script])?, &opts)?;
+    assert!(e.stderr.is_none(), "a terminal carries every stream");
+    // Native: the terminal master is ours. runc: it bridges its terminal to our pipes.
+    let (mut term, mut input) = match e.terminal.take() {
+        Some(t) => (t.try_clone()?, t),
+        None => (e.stdout.take().expect("stdout"), e.stdin.take().expect("stdin")),
+    };
+    // Read until the first size is printed, so the resize surely comes after it.
+    let first = format!("{} {}", size.rows, size.cols);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains(&first) {
+        let n = term.read(&mut buf)?;
+        anyhow::ensure!(n > 0, "terminal closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    if let Some(s) = resize {
+        e.resize(s)?;
+    }
+    let mut reader = term.try_clone()?;
+    let out = std::thread::spawn(move || {
+        // EIO once the command (the last holder of the terminal) exits.
+        let _ = reader.read_to_end(&mut seen);
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    input.write_all(b"go\n")?;
+    let code = e.wait()?;
+    drop(input);
+    Ok((code, out.join().unwrap_or_default()))
+}
+
+const TTY_SCRIPT: &str = "test -t 0 && echo is-a-tty; stty size; read x; stty size; echo got=$x; exit 3";
+
+#[test]
+fn exec_on_a_terminal_reports_its_size_and_follows_resizes() -> anyhow::Result<()> {
+    require(false);
+    let mut fx = Fixture::new()?;
+    let rt = fx.native();
+    let spec = start(&mut fx, &rt, "tty")?;
+    let (code, out) = on_terminal(
+        &rt,
+        &spec,
+        "tty",
+        TTY_SCRIPT,
+        WindowSize { cols: 100, rows: 30 },
+        Some(WindowSize { cols: 120, rows: 40 }),
+    )?;
+    assert_eq!(code, 3, "{out}");
+    let lines: Vec<&str> = out.lines().map(|l| l.trim_end_matches('\r')).collect();
+    for want in ["is-a-tty", "30 100", "40 120", "got=go"] {
+        assert!(lines.contains(&want), "missing {want:?} in {out:?}");
+    }
+    rt.delete("tty", true)?;
+    fx.assert_clean();
+    Ok(())
+}
+
+#[test]
+fn native_and_runc_exec_observe_the_same_container() -> anyhow::Result<()> {
+    require(true);
+    let mut fx = Fixture::new()?;
+    let native = fx.native();
+    let runc = fx.runc().expect("runc checked above");
+    let mut seen = Vec::new();
+    for (rt, id) in [(&native as &dyn ContainerRuntime, "xn"), (&runc as &dyn ContainerRuntime, "xr")] {
+        let spec = start(&mut fx, rt, id)?;
+        let mut s = observe(rt, &spec, id)?;
+        let (code, out) = on_terminal(
+            rt,
+            &spec,
+            id,
+            TTY_SCRIPT,
+            WindowSize { cols: 100, rows: 30 },
+            Some(WindowSize { cols: 120, rows: 40 }),
+        )?;
+        s.push(format!("tty code={code}"));
+        s.extend(out.lines().map(|l| l.trim_end_matches('\r').to_string()).filter(|l| l != "go"));
+        let err = rt.exec(id, &process(&spec, &["no-such-binary"])?, &ExecOptions::default()).err();
+        s.push(format!("missing binary fails={}", err.is_some_and(|e| e.to_string().contains("no-such-binary"))));
+        rt.delete(id, true)?;
+        seen.push(s);
+    }
+    assert_eq!(seen[0][3], "killed code=137");
+    assert!(seen[0].contains(&"40 120".to_string()), "the resize reached the command: {:?}", seen[0]);
+    assert!(seen[0].contains(&"missing binary fails=true".to_string()), "{:?}", seen[0]);
+    assert_eq!(seen[0], seen[1], "native vs runc");
+    fx.assert_clean();
+    Ok(())
+}
