@@ -128,6 +128,23 @@ fn demo_runs_one_pod_per_node_and_kubectl_reads_it(lab: &Lab) {
             }
         });
     }
+    // kubectl exec takes the same path as logs, upgraded to a WebSocket: the command runs in the
+    // pod's container on its node, stdin reaches it, and its exit code comes back.
+    for p in &items {
+        let name = str_at(p, "/metadata/name");
+        let out = lab.kubectl(&["exec", "-n", "demo", &name, "-c", "web", "--", "hostname"]);
+        assert_eq!(out.trim(), name, "kubectl exec hostname in {name}");
+        let out = lab.kubectl_output(
+            &["exec", "-i", "-n", "demo", &name, "-c", "web", "--", "sh", "-c", "read x; exit $x"],
+            Some("7\n"),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "kubectl exec exit code from {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 fn status_lists_every_component_and_a_second_up_is_refused(lab: &Lab) {
