@@ -22,8 +22,8 @@ fn three_node_lab() {
     demo_runs_one_pod_per_node_and_kubectl_reads_it(&lab);
     status_lists_every_component_and_a_second_up_is_refused(&lab);
 
-    // `kubectl create namespace` sends protobuf, which the apiserver does not take yet.
-    lab.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
+    // `kubectl create namespace` sends a protobuf body.
+    lab.kubectl(&["create", "namespace", NS]);
     let servers: Vec<Value> = (1..=NODES).map(|i| server_pod(&lab, i)).collect();
     pods_reach_each_other_across_nodes_by_pod_ip(&lab, &servers, "before");
     a_pod_reaches_another_nodes_ip(&lab);

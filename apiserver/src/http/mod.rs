@@ -7,6 +7,7 @@ mod lists;
 pub mod logs;
 pub mod openapi;
 pub mod path;
+mod protobuf;
 pub mod table;
 mod watch;
 
@@ -134,7 +135,7 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// Decode a JSON or YAML request body.
+/// Decode a JSON, YAML or Kubernetes protobuf request body.
 fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     let ct = content_type(headers);
     match ct.as_str() {
@@ -147,6 +148,7 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
             serde_saphyr::from_str::<Value>(text)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
         }
+        protobuf::MEDIA_TYPE => Ok(protobuf::decode(body)?),
         other => Err(ApiError::unsupported_media_type(other)),
     }
 }
