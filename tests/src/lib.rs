@@ -74,6 +74,17 @@ impl Lab {
         c.stdin(Stdio::null()).output().expect("kaji runs")
     }
 
+    /// The everyday `kaji` CLI (not `kaji lab`) with the lab's kubeconfig; the raw output.
+    pub fn kaji_cli(&self, args: &[&str]) -> Output {
+        Command::new(&self.kaji)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kaji runs")
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }

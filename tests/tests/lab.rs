@@ -30,6 +30,7 @@ fn three_node_lab() {
     the_demo_service_answers_from_every_node(&lab);
     a_pod_reaches_itself_through_its_service(&lab);
     a_service_spreads_over_its_backends_and_follows_a_scale_down(&lab);
+    the_kaji_cli_reads_and_drives_the_lab(&lab);
     pod_ips_are_unique_and_inside_their_nodes_cidr(&lab);
     restarting_an_agent_keeps_connectivity(&lab, &servers);
     deleting_pods_frees_their_addresses(&lab);
@@ -289,6 +290,25 @@ fn a_pod_reaches_itself_through_its_service(lab: &Lab) {
     assert_eq!(str_at(&pod, "/status/phase"), "Succeeded", "a pod could not reach itself through its Service: {logs}");
     // Earlier tries may time out ("Terminated") until the proxy has the endpoint.
     assert_eq!(logs.lines().last().map(str::trim), Some("hairpin"), "{logs}");
+}
+
+fn the_kaji_cli_reads_and_drives_the_lab(lab: &Lab) {
+    // The same cluster through `kaji` instead of kubectl: a table, exec into a pod on a node,
+    // logs, scale through the subresource.
+    let text = |o: &std::process::Output| {
+        assert!(o.status.success(), "kaji failed: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let table = text(&lab.kaji_cli(&["get", "pods", "-n", "demo", "-o", "wide"]));
+    assert!(table.starts_with("NAME") && table.contains("NODE"), "{table}");
+    let pod = table.lines().nth(1).and_then(|l| l.split_whitespace().next()).expect("a demo pod").to_string();
+    assert_eq!(text(&lab.kaji_cli(&["exec", "-n", "demo", &pod, "-c", "web", "--", "hostname"])).trim(), pod);
+    assert!(!text(&lab.kaji_cli(&["logs", "-n", "demo", &pod, "-c", "peers", "--tail", "1"])).is_empty());
+    text(&lab.kaji_cli(&["scale", "deployment/backend", "-n", NS, "--replicas", "2"]));
+    let spec = lab.get_json(&["deployment", "-n", NS, "backend"]);
+    assert_eq!(spec.pointer("/spec/replicas").and_then(Value::as_i64), Some(2));
+    let status = lab.kaji_cli(&["rollout", "status", "deployment/backend", "-n", NS, "--timeout", "90s"]);
+    assert!(text(&status).contains("successfully rolled out"));
 }
 
 /// Runs a pod on `node` that fetches `url` `n` times; returns the answers (failed tries print
