@@ -89,7 +89,14 @@ impl Lab {
         self.dir.join("kubeconfig")
     }
 
-    fn kubectl_command(&self, args: &[&str]) -> Command {
+    /// `kaji --kubeconfig <lab>` (the everyday CLI), not yet run.
+    pub fn kaji_cli_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.kaji);
+        c.arg("--kubeconfig").arg(self.kubeconfig()).args(args);
+        c
+    }
+
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("kubectl");
         c.arg("--kubeconfig").arg(self.kubeconfig()).arg("--cache-dir").arg(self.tmp.path().join("kube-cache"));
         c.args(args);

@@ -31,6 +31,8 @@ fn three_node_lab() {
     a_pod_reaches_itself_through_its_service(&lab);
     a_service_spreads_over_its_backends_and_follows_a_scale_down(&lab);
     the_kaji_cli_reads_and_drives_the_lab(&lab);
+    a_users_day(&lab, Client::Kubectl);
+    a_users_day(&lab, Client::Kaji);
     pod_ips_are_unique_and_inside_their_nodes_cidr(&lab);
     restarting_an_agent_keeps_connectivity(&lab, &servers);
     deleting_pods_frees_their_addresses(&lab);
@@ -309,6 +311,150 @@ fn the_kaji_cli_reads_and_drives_the_lab(lab: &Lab) {
     assert_eq!(spec.pointer("/spec/replicas").and_then(Value::as_i64), Some(2));
     let status = lab.kaji_cli(&["rollout", "status", "deployment/backend", "-n", NS, "--timeout", "90s"]);
     assert!(text(&status).contains("successfully rolled out"));
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Client {
+    Kubectl,
+    Kaji,
+}
+
+impl Client {
+    fn command(self, lab: &Lab, args: &[&str]) -> std::process::Command {
+        match self {
+            Client::Kubectl => lab.kubectl_command(args),
+            Client::Kaji => lab.kaji_cli_command(args),
+        }
+    }
+
+    /// Runs to the end; stdout, or a panic with stderr when it fails.
+    fn run(self, lab: &Lab, args: &[&str], stdin: Option<&str>) -> String {
+        use std::io::Write as _;
+        use std::process::Stdio;
+        let mut c = self.command(lab, args);
+        c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("client runs");
+        if let Some(input) = stdin {
+            child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("client finishes");
+        assert!(out.status.success(), "{self:?} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn day_manifest(app: &str, image: &str, env: &[(&str, &str)]) -> String {
+    let env: Vec<Value> = env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect();
+    let deploy = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": app, "namespace": NS},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": app}},
+                 "template": {"metadata": {"labels": {"app": app}},
+                              "spec": {"terminationGracePeriodSeconds": 1,
+                                       "containers": [{"name": "app", "image": image, "env": env, "command": ["sh", "-c",
+                                           "while true; do echo \"tick A=$A B=$B\"; sleep 1; done"]}]}}}
+    });
+    let svc = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": app, "namespace": NS},
+        "spec": {"selector": {"app": app}, "ports": [{"port": 80, "targetPort": 8080}]}
+    });
+    // YAML documents written in flow style (a leading comment keeps kubectl from reading a JSON stream).
+    format!("# {app}\n{deploy}\n---\n{svc}\n")
+}
+
+/// Issue 9's user's day, with kubectl and then with kaji: apply, apply a changed manifest
+/// (image, env, a removed env var) and follow the rollout, scale, describe with events, logs -f
+/// streaming, exec with its exit code, delete -f removing everything down to the pods.
+fn a_users_day(lab: &Lab, client: Client) {
+    let app = match client {
+        Client::Kubectl => "day-kubectl",
+        Client::Kaji => "day-kaji",
+    };
+    let dir = lab.dir.join(app);
+    std::fs::create_dir_all(&dir).expect("manifest dir");
+    let v1 = dir.join("v1.yaml");
+    std::fs::write(&v1, day_manifest(app, IMAGE, &[("A", "1"), ("B", "2")])).expect("write v1");
+    let v1s = v1.to_string_lossy().to_string();
+    let out = client.run(lab, &["apply", "-f", &v1s], None);
+    assert!(out.contains("created"), "{client:?} apply: {out}");
+    let deploy = format!("deployment/{app}");
+    client.run(lab, &["rollout", "status", &deploy, "-n", NS, "--timeout", "90s"], None);
+
+    // The changed manifest from stdin: another image reference, A changed, B removed.
+    let v2 = day_manifest(app, "172.30.0.1:5000/kaji/busybox:lab", &[("A", "2")]);
+    let out = client.run(lab, &["apply", "-f", "-"], Some(&v2));
+    assert!(out.contains("configured"), "{client:?} apply of the changed manifest: {out}");
+    let out = client.run(lab, &["rollout", "status", &deploy, "-n", NS, "--timeout", "120s"], None);
+    assert!(out.contains("successfully rolled out"), "{client:?} rollout status: {out}");
+    let d = lab.get_json(&["deployment", "-n", NS, app]);
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(str_at(c, "/image"), "172.30.0.1:5000/kaji/busybox:lab");
+    assert_eq!(c["env"], json!([{"name": "A", "value": "2"}]), "{client:?}: B is gone from the template");
+
+    client.run(lab, &["scale", &deploy, "-n", NS, "--replicas", "3"], None);
+    client.run(lab, &["rollout", "status", &deploy, "-n", NS, "--timeout", "90s"], None);
+    let pods = lab.get_json(&["pods", "-n", NS, "-l", &format!("app={app}")]);
+    let running: Vec<&Value> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| str_at(p, "/status/phase") == "Running" && p.pointer("/metadata/deletionTimestamp").is_none())
+        .collect();
+    assert!(running.len() >= 3, "{client:?}: 3 pods after scale: {}", running.len());
+    let describe = client.run(lab, &["describe", "deployment", app, "-n", NS], None);
+    assert!(describe.contains("ScalingReplicaSet"), "{client:?} describe shows the events: {describe}");
+
+    // logs -f streams: two new lines arrive while the command keeps running.
+    let pod = str_at(running[0], "/metadata/name");
+    let mut follow = client.command(lab, &["logs", "-f", "-n", NS, &pod]);
+    follow.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    let mut child = follow.spawn().expect("logs -f runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while lines.len() < 3 && std::time::Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_secs(1)) {
+            lines.push(l);
+        }
+    }
+    assert!(child.try_wait().expect("try_wait").is_none(), "{client:?} logs -f is still following");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(lines.len() >= 3 && lines.iter().all(|l| l == "tick A=2 B="), "{client:?} logs -f: {lines:?}");
+
+    let out = client.command(lab, &["exec", "-n", NS, &pod, "--", "sh", "-c", "exit 4"]).output().expect("exec runs");
+    assert_eq!(out.status.code(), Some(4), "{client:?} exec exit code");
+
+    let v2_path = dir.join("v2.yaml");
+    std::fs::write(&v2_path, &v2).expect("write v2");
+    client.run(lab, &["delete", "-f", &v2_path.to_string_lossy()], None);
+    wait_for(&format!("{app}'s pods gone"), Duration::from_secs(60), || {
+        let left = lab.get_json(&["pods", "-n", NS, "-l", &format!("app={app}")]);
+        let n = left["items"].as_array().map_or(0, Vec::len);
+        if n == 0 {
+            Ok(())
+        } else {
+            Err(format!("{n} pods left"))
+        }
+    });
+    let rs = lab.get_json(&["replicasets", "-n", NS, "-l", &format!("app={app}")]);
+    assert_eq!(
+        rs["items"].as_array().map_or(0, Vec::len),
+        0,
+        "{client:?}: ReplicaSets removed by the garbage collector"
+    );
 }
 
 /// Runs a pod on `node` that fetches `url` `n` times; returns the answers (failed tries print
