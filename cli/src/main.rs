@@ -52,6 +52,11 @@ enum Command {
     },
     /// List events, oldest first.
     Events(cmd::events::Args),
+    /// Print a shell completion script: `source <(kaji completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run a kaji cluster on this machine.
     Lab {
         #[command(subcommand)]
@@ -71,6 +76,11 @@ async fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             errors::Reported.into()
         }),
+        Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "kaji", &mut std::io::stdout());
+            Ok(())
+        }
         command => run(&cli.conn, command).await,
     };
     match result {
@@ -99,5 +109,6 @@ async fn run(conn: &ConnArgs, command: Command) -> anyhow::Result<()> {
         Command::Rollout { command } => cmd::rollout::run(&cl, command).await,
         Command::Events(args) => cmd::events::run(&cl, args).await,
         Command::Lab { command } => lab::run(command).await,
+        Command::Completion { .. } => Ok(()),
     }
 }

@@ -33,3 +33,15 @@ fn node_count_is_checked_and_the_forwarder_stays_hidden() {
     }
     assert!(!help.lines().any(|l| l.trim_start().starts_with("forward")), "{help}");
 }
+
+#[test]
+fn completion_scripts_cover_the_commands() {
+    let out = kaji(&["completion", "bash"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script = String::from_utf8_lossy(&out.stdout);
+    for word in ["apply", "rollout", "lab", "--kubeconfig"] {
+        assert!(script.contains(word), "bash completion lacks {word}");
+    }
+    let bad = kaji(&["completion", "tcsh"]);
+    assert!(!bad.status.success(), "an unknown shell is refused");
+}
