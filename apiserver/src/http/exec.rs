@@ -6,17 +6,17 @@
 
 use super::errors::{ApiError, ApiResult};
 use super::Shared;
-use crate::registry::pod_log::{agent_endpoint, MAX_ERROR_BODY};
+use crate::registry::pod_log::agent_endpoint;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, Request, Response, StatusCode};
 use axum::response::IntoResponse;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::Instrument;
 
 /// The subresource's name in the path.
@@ -188,7 +188,7 @@ async fn connect(s: &Shared, ns: &str, name: &str, mut req: Request<Body>) -> Ap
         if let Some(ct) = resp.headers().get(header::CONTENT_TYPE) {
             out = out.header(header::CONTENT_TYPE, ct);
         }
-        let body = read_body(resp.into_body(), timeout).await;
+        let body = super::logs::read_error_bytes(resp.into_body(), timeout).await;
         return out.body(Body::from(body)).map_err(|e| ApiError::internal(e.to_string()));
     }
     let agent_upgrade = hyper::upgrade::on(&mut resp);
@@ -215,26 +215,6 @@ async fn connect(s: &Shared, ns: &str, name: &str, mut req: Request<Body>) -> Ap
         }
     });
     out.body(Body::empty()).map_err(|e| ApiError::internal(e.to_string()))
-}
-
-/// Up to `MAX_ERROR_BODY` bytes of the agent's refusal.
-async fn read_body(mut body: hyper::body::Incoming, timeout: Duration) -> Vec<u8> {
-    let mut out = Vec::new();
-    let read = async {
-        while out.len() < MAX_ERROR_BODY {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        out.extend_from_slice(&data);
-                    }
-                }
-                Some(Err(_)) | None => break,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(timeout, read).await;
-    out.truncate(MAX_ERROR_BODY);
-    out
 }
 
 #[cfg(test)]

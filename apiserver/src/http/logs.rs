@@ -47,8 +47,8 @@ pub async fn serve(s: &Shared, ns: &str, name: &str, q: &Query) -> ApiResult<Res
     Ok(([(header::CONTENT_TYPE, "text/plain")], body).into_response())
 }
 
-/// Up to `MAX_ERROR_BODY` bytes of an agent's error answer, as text.
-async fn read_error_body(mut body: Incoming, timeout: std::time::Duration) -> String {
+/// Up to `MAX_ERROR_BODY` bytes of an agent's error answer (pods/log and pods/exec refusals).
+pub(crate) async fn read_error_bytes(mut body: Incoming, timeout: std::time::Duration) -> Vec<u8> {
     let mut out = Vec::new();
     let read = async {
         while out.len() < MAX_ERROR_BODY {
@@ -64,5 +64,10 @@ async fn read_error_body(mut body: Incoming, timeout: std::time::Duration) -> St
     };
     let _ = tokio::time::timeout(timeout, read).await;
     out.truncate(MAX_ERROR_BODY);
-    String::from_utf8_lossy(&out).into_owned()
+    out
+}
+
+/// The same, as text.
+async fn read_error_body(body: Incoming, timeout: std::time::Duration) -> String {
+    String::from_utf8_lossy(&read_error_bytes(body, timeout).await).into_owned()
 }
