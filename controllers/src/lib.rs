@@ -223,9 +223,14 @@ async fn controllers(
     leases.spawn(stop.clone());
     namespaces.spawn(stop.clone());
     let mut stop_wait = stop.clone();
+    // A stop while the caches sync ends their watches too: check the stop first so a manager
+    // stopped early shuts down cleanly instead of reporting a cache failure.
     tokio::select! {
+        biased;
         _ = stop_wait.wait_for(|s| *s) => return Ok(()),
-        ok = stores_ready => if !ok { return Err(Error::CacheSync) },
+        ok = stores_ready => if !ok {
+            return if *stop.borrow() { Ok(()) } else { Err(Error::CacheSync) };
+        },
     }
     tracing::info!("caches synced; starting controllers");
     let ipam = match ipam_triggers {

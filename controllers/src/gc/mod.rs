@@ -331,12 +331,15 @@ pub async fn run(shared: Shared, settings: Settings, stop: signal::Receiver<bool
     // As in Kubernetes, a resource that cannot be listed does not hold the others back for long.
     let ready = futures::future::join_all(stores.iter().map(|s| s.wait_until_ready()));
     tokio::select! {
+        biased;
         _ = stop_wait.wait_for(|s| *s) => return,
         _ = tokio::time::sleep(SYNC_WAIT) => {
             tracing::warn!(waited = ?SYNC_WAIT, "not every resource could be listed; collecting anyway");
         }
         results = ready => if results.iter().any(Result::is_err) {
-            tracing::error!("a garbage collector cache stopped before it synced");
+            if !*stop.borrow() {
+                tracing::error!("a garbage collector cache stopped before it synced");
+            }
             return;
         },
     }
