@@ -1,34 +1,22 @@
 //! kubelet's `/exec/{namespace}/{pod}/{container}`: a command run in a container, its streams
-//! carried over a WebSocket with Kubernetes' remotecommand channel protocol — `v5.channel.k8s.io`
-//! (what kubectl ≥ 1.30 speaks) or `v4.channel.k8s.io`. Every binary message starts with its
-//! channel: 0 stdin, 1 stdout, 2 stderr, 3 the final status (a metav1.Status), 4 terminal
-//! resizes (`{"Width":..,"Height":..}`); v5 adds `[255, channel]`, the client closing a stream.
-//! SPDY, the older transport, is not spoken: such requests get a 400 saying so.
+//! carried by Kubernetes' remotecommand protocol (`remotecommand`: WebSocket v5/v4 or SPDY v4).
 
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request as HttpRequest, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kaji_runtime::{ExecOptions, WindowSize};
+use kaji_runtime::ExecOptions;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::pods::Manager;
+use crate::remotecommand::{self, Incoming, Input, Output, Streams, STDERR, STDOUT};
 use crate::runtime::Runtime;
 
-pub const V5: &str = "v5.channel.k8s.io";
-pub const V4: &str = "v4.channel.k8s.io";
-
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
-const STATUS: u8 = 3;
-const RESIZE: u8 = 4;
-const CLOSE: u8 = 255;
+pub use crate::remotecommand::{V4, V5};
 
 /// How long output may keep coming after the command exited (a background child can hold the
 /// stream open forever; kubelet's runtimes stop copying too).
@@ -68,6 +56,10 @@ impl Request {
         Ok(r)
     }
 
+    pub fn streams(&self) -> Streams {
+        Streams { stdin: self.stdin, stdout: self.stdout, stderr: self.stderr, tty: self.tty }
+    }
+
     fn options(&self) -> ExecOptions {
         ExecOptions { stdin: self.stdin, stdout: self.stdout, stderr: self.stderr, tty: self.tty, size: None }
     }
@@ -104,44 +96,6 @@ pub fn error_status(why: &str) -> Value {
     })
 }
 
-/// A client's message, decoded. Pure.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Incoming {
-    Stdin(Vec<u8>),
-    Resize(WindowSize),
-    /// v5: the client closed its stdin.
-    CloseStdin,
-    Ignored,
-}
-
-pub fn decode(data: &[u8], v5: bool) -> Incoming {
-    match data {
-        [STDIN, rest @ ..] if !rest.is_empty() => Incoming::Stdin(rest.to_vec()),
-        [RESIZE, rest @ ..] => {
-            #[derive(serde::Deserialize)]
-            struct Size {
-                #[serde(rename = "Width")]
-                width: u16,
-                #[serde(rename = "Height")]
-                height: u16,
-            }
-            match serde_json::from_slice::<Size>(rest) {
-                Ok(s) => Incoming::Resize(WindowSize { cols: s.width, rows: s.height }),
-                Err(_) => Incoming::Ignored,
-            }
-        }
-        [CLOSE, STDIN] if v5 => Incoming::CloseStdin,
-        _ => Incoming::Ignored,
-    }
-}
-
-fn frame(channel: u8, data: &[u8]) -> Message {
-    let mut v = Vec::with_capacity(data.len() + 1);
-    v.push(channel);
-    v.extend_from_slice(data);
-    Message::Binary(v.into())
-}
-
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, message.into()).into_response()
 }
@@ -151,7 +105,7 @@ pub async fn serve(
     State(m): State<Manager>,
     Path((ns, pod, container)): Path<(String, String, String)>,
     Query(query): Query<Vec<(String, String)>>,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    http: HttpRequest,
 ) -> Response {
     let Some(p) = m
         .pods()
@@ -176,21 +130,10 @@ pub async fn serve(
         // kubelet's words for a container that is not running (it looks among running ones).
         return error(StatusCode::INTERNAL_SERVER_ERROR, format!("container not found ({container:?})"));
     };
-    let ws = match ws {
-        Ok(ws) => ws.protocols([V5, V4]),
-        Err(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("exec needs a WebSocket upgrade with subprotocol {V5} or {V4} (SPDY is not supported)"),
-            )
-        }
-    };
-    let Some(v5) = ws.selected_protocol().and_then(|p| p.to_str().ok()).map(|p| p == V5) else {
-        return error(StatusCode::BAD_REQUEST, format!("no supported subprotocol: use {V5} or {V4}"));
-    };
     tracing::info!(pod = %format!("{ns}/{pod}"), container = %container, command = ?req.command, tty = req.tty, "exec");
     let id = run.id;
-    ws.on_upgrade(move |socket| session(socket, runtime, id, req, v5))
+    let streams = req.streams();
+    remotecommand::upgrade(http, streams, move |input, output| session(runtime, id, req, input, output)).await
 }
 
 /// Reads `file` on a thread until EOF (or EIO, a terminal whose command is gone).
@@ -223,23 +166,15 @@ fn feed(mut file: std::fs::File) -> std::sync::mpsc::Sender<Vec<u8>> {
     tx
 }
 
-/// One exec over an upgraded WebSocket: start, stream, report the exit status, close.
-async fn session(mut ws: WebSocket, runtime: Runtime, id: String, req: Request, v5: bool) {
-    // An empty message on the lowest writable channel tells the client the streams are open.
-    let first = if req.stdout {
-        STDOUT
-    } else if req.stderr {
-        STDERR
-    } else {
-        STATUS
-    };
-    let _ = ws.send(frame(first, &[])).await;
+/// One exec: start, stream, return the exit status. A client that goes away takes the command
+/// with it.
+async fn session(runtime: Runtime, id: String, req: Request, mut input: Input, output: Output) -> Value {
     let (rt, cmd, opts) = (runtime.clone(), req.command.clone(), req.options());
     let started = tokio::task::spawn_blocking(move || rt.exec(&id, &cmd, &opts)).await;
     let mut exec = match started {
         Ok(Ok(e)) => e,
-        Ok(Err(e)) => return finish(ws, error_status(&chain(&e))).await,
-        Err(e) => return finish(ws, error_status(&e.to_string())).await,
+        Ok(Err(e)) => return error_status(&chain(&e)),
+        Err(e) => return error_status(&e.to_string()),
     };
     let control = Arc::new(exec.control());
     let (out_tx, mut out_rx) = mpsc::channel::<(u8, Vec<u8>)>(16);
@@ -269,35 +204,32 @@ async fn session(mut ws: WebSocket, runtime: Runtime, id: String, req: Request, 
             break;
         }
         tokio::select! {
-            msg = ws.recv() => match msg {
-                Some(Ok(Message::Binary(data))) => match decode(&data, v5) {
-                    Incoming::Stdin(bytes) => {
-                        if let Some(tx) = &stdin {
-                            let _ = tx.send(bytes);
-                        }
+            event = input.recv() => match event {
+                Some(Incoming::Stdin(bytes)) => {
+                    if let Some(tx) = &stdin {
+                        let _ = tx.send(bytes);
                     }
-                    Incoming::Resize(size) => {
-                        let c = control.clone();
-                        let _ = tokio::task::spawn_blocking(move || c.resize(size)).await;
-                    }
-                    Incoming::CloseStdin => stdin = None,
-                    Incoming::Ignored => {}
-                },
+                }
+                Some(Incoming::Resize(size)) => {
+                    let c = control.clone();
+                    let _ = tokio::task::spawn_blocking(move || c.resize(size)).await;
+                }
+                Some(Incoming::CloseStdin) => stdin = None,
+                Some(Incoming::Ignored) => {}
                 // The client is gone: so is the command.
-                Some(Err(_)) | None | Some(Ok(Message::Close(_))) => {
+                Some(Incoming::Gone) | None => {
                     if exit.is_none() {
                         control.kill();
                         let _ = (&mut waiter).await;
                     }
-                    return;
+                    return exit_status(&req.command, exit.unwrap_or(255));
                 }
-                Some(Ok(_)) => {}
             },
             out = out_rx.recv(), if outputs_open => match out {
-                Some((channel, data)) => {
-                    if ws.send(frame(channel, &data)).await.is_err() {
+                Some(chunk) => {
+                    if output.send(chunk).await.is_err() {
                         control.kill();
-                        return;
+                        return exit_status(&req.command, 255);
                     }
                 }
                 None => outputs_open = false,
@@ -312,16 +244,7 @@ async fn session(mut ws: WebSocket, runtime: Runtime, id: String, req: Request, 
             _ = &mut drain, if exit.is_some() => outputs_open = false,
         }
     }
-    finish(ws, exit_status(&req.command, exit.unwrap_or(255))).await;
-}
-
-/// Sends the status on channel 3 and closes normally (kubectl reads the status at the close).
-async fn finish(mut ws: WebSocket, status: Value) {
-    let body = serde_json::to_vec(&status).unwrap_or_default();
-    let _ = ws.send(frame(STATUS, &body)).await;
-    let _ = ws.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
-    // Wait (briefly) for the client's close, so the close handshake completes.
-    let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = ws.recv().await {} }).await;
+    exit_status(&req.command, exit.unwrap_or(255))
 }
 
 fn chain(e: &dyn std::error::Error) -> String {
@@ -376,18 +299,5 @@ mod tests {
         );
         let e = error_status("exec failed: executable \"nope\" not found");
         assert_eq!((e["reason"].as_str(), e["code"].as_i64()), (Some("InternalError"), Some(500)));
-    }
-
-    #[test]
-    fn client_messages_decode_by_channel() {
-        assert_eq!(decode(&[0, b'h', b'i'], true), Incoming::Stdin(b"hi".to_vec()));
-        assert_eq!(decode(&[0], true), Incoming::Ignored, "an empty stdin frame is only a hello");
-        assert_eq!(
-            decode(b"\x04{\"Width\":100,\"Height\":30}\n", false),
-            Incoming::Resize(WindowSize { cols: 100, rows: 30 })
-        );
-        assert_eq!(decode(&[255, 0], true), Incoming::CloseStdin);
-        assert_eq!(decode(&[255, 0], false), Incoming::Ignored, "v4 has no close signal");
-        assert_eq!(decode(&[4, b'x'], true), Incoming::Ignored);
     }
 }

@@ -1,6 +1,7 @@
 //! The agent's server (kubelet's port 10250): /healthz, /metrics, /pods, /containerLogs (with
 //! follow, tailLines, sinceSeconds, sinceTime, timestamps, previous, limitBytes) and
-//! /stats/summary from the cgroups, and /exec (WebSocket, in `exec.rs`).
+//! /stats/summary from the cgroups, and the streaming ones: /exec, /attach (WebSocket or SPDY,
+//! `exec.rs`, `attach.rs`) and /portForward (SPDY, `portforward.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -204,6 +205,8 @@ pub fn router(m: Manager) -> Router {
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/stats/summary", get(stats_summary))
         .route("/exec/{ns}/{pod}/{container}", get(crate::exec::serve).post(crate::exec::serve))
+        .route("/attach/{ns}/{pod}/{container}", get(crate::attach::serve).post(crate::attach::serve))
+        .route("/portForward/{ns}/{pod}", get(crate::portforward::serve).post(crate::portforward::serve))
         .with_state(m)
 }
 

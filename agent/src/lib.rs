@@ -2,6 +2,7 @@
 //! runs one worker per pod bound here (sandbox, volumes, images, containers, restarts, status),
 //! and serves logs, stats and health on its port.
 
+pub mod attach;
 pub mod cgroup;
 pub mod env;
 pub mod exec;
@@ -11,9 +12,12 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod pods;
+pub mod portforward;
 pub mod probes;
+pub mod remotecommand;
 pub mod runtime;
 pub mod sandbox;
+pub mod spdy;
 pub mod spec;
 pub mod volumes;
 

@@ -1,8 +1,10 @@
-//! `pods/{name}/exec`: Kubernetes' `ExecLocation` (which container, which node, the kubelet
-//! query) and then the upgraded connection proxied to the node's agent byte for byte, as
-//! Kubernetes' upgrade-aware proxy does — the client and the agent negotiate the WebSocket
-//! subprotocol (`v5.channel.k8s.io`, `v4.channel.k8s.io`) between themselves, and a refusal
-//! from the agent (any answer but 101) reaches the client unchanged.
+//! `pods/{name}/exec`, `pods/{name}/attach` and `pods/{name}/portforward`: Kubernetes'
+//! `ExecLocation`/`AttachLocation`/`PortForwardLocation` (which container, which node, the
+//! kubelet path and query) and then the upgraded connection proxied to the node's agent byte
+//! for byte, as Kubernetes' upgrade-aware proxy does — the client and the agent negotiate the
+//! protocol between themselves (WebSocket `v5.channel.k8s.io`/`v4.channel.k8s.io`, SPDY/3.1
+//! with `X-Stream-Protocol-Version`, SPDY tunnelled in WebSocket for port-forward), and a
+//! refusal from the agent (any answer but 101) reaches the client unchanged.
 
 use super::errors::{ApiError, ApiResult};
 use super::Shared;
@@ -21,6 +23,24 @@ use tracing::Instrument;
 
 /// The subresource's name in the path.
 pub const SUBRESOURCE: &str = "exec";
+
+/// The streaming subresources, each with its kubelet path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Exec,
+    Attach,
+    PortForward,
+}
+
+impl Kind {
+    fn resource(self) -> &'static str {
+        match self {
+            Kind::Exec => "pods/exec",
+            Kind::Attach => "pods/attach",
+            Kind::PortForward => "pods/portforward",
+        }
+    }
+}
 
 /// `PodExecOptions` from the query kubectl sends.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,17 +114,35 @@ pub fn choose_container(pod: &Value, name: &str, requested: Option<&str>) -> Api
     }
 }
 
-/// Where the exec goes: the agent and `/exec/{ns}/{pod}/{container}?...`.
-fn location(s: &Shared, ns: &str, name: &str, opts: &ExecOptions) -> ApiResult<(String, SocketAddr, String)> {
-    let kind = |k: &str| kaji_api::resources::by_kind(k).expect("pods and nodes are served");
-    let pod = s.registry.get(kind("Pod"), Some(ns), name)?;
-    let container = choose_container(&pod, name, opts.container.as_deref())?;
+/// The agent's path for a request: `/exec/{ns}/{pod}/{container}?...`,
+/// `/attach/{ns}/{pod}/{container}?...` or `/portForward/{ns}/{pod}`. Pure.
+pub fn agent_path(kind: Kind, ns: &str, name: &str, container: &str, opts: &ExecOptions) -> String {
+    match kind {
+        Kind::Exec => format!("/exec/{ns}/{name}/{container}?{}", opts.agent_query()),
+        Kind::Attach => format!("/attach/{ns}/{name}/{container}?{}", opts.agent_query()),
+        Kind::PortForward => format!("/portForward/{ns}/{name}"),
+    }
+}
+
+/// Where the request goes: the node, its agent and the agent's path.
+fn location(
+    s: &Shared,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    opts: &ExecOptions,
+) -> ApiResult<(String, SocketAddr, String)> {
+    let by_kind = |k: &str| kaji_api::resources::by_kind(k).expect("pods and nodes are served");
+    let pod = s.registry.get(by_kind("Pod"), Some(ns), name)?;
+    let container = match kind {
+        Kind::PortForward => String::new(),
+        Kind::Exec | Kind::Attach => choose_container(&pod, name, opts.container.as_deref())?,
+    };
     let Some(node) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
         return Err(ApiError::bad_request(format!("pod {name} does not have a host assigned")));
     };
-    let addr = agent_endpoint(&s.registry.get(kind("Node"), None, node)?)?;
-    let path = format!("/exec/{ns}/{name}/{container}?{}", opts.agent_query());
-    Ok((node.to_string(), addr, path))
+    let addr = agent_endpoint(&s.registry.get(by_kind("Node"), None, node)?)?;
+    Ok((node.to_string(), addr, agent_path(kind, ns, name, &container, opts)))
 }
 
 /// An HTTP/1.1 upgrade request: `Connection: upgrade` and an `Upgrade` protocol.
@@ -115,37 +153,56 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// `GET|POST /api/v1/namespaces/{ns}/pods/{name}/exec`.
-pub async fn serve(
+pub async fn serve(state: State<Shared>, path: Path<(String, String)>, req: Request<Body>) -> Response<Body> {
+    serve_kind(Kind::Exec, state, path, req).await
+}
+
+/// `GET|POST /api/v1/namespaces/{ns}/pods/{name}/attach`.
+pub async fn serve_attach(state: State<Shared>, path: Path<(String, String)>, req: Request<Body>) -> Response<Body> {
+    serve_kind(Kind::Attach, state, path, req).await
+}
+
+/// `GET|POST /api/v1/namespaces/{ns}/pods/{name}/portforward`.
+pub async fn serve_portforward(
+    state: State<Shared>,
+    path: Path<(String, String)>,
+    req: Request<Body>,
+) -> Response<Body> {
+    serve_kind(Kind::PortForward, state, path, req).await
+}
+
+async fn serve_kind(
+    kind: Kind,
     State(s): State<Shared>,
     Path((ns, name)): Path<(String, String)>,
     req: Request<Body>,
 ) -> Response<Body> {
     let started = Instant::now();
-    let span = tracing::info_span!("request", verb = "CONNECT", resource = "pods/exec");
+    let span = tracing::info_span!("request", verb = "CONNECT", resource = kind.resource());
     let resp = async {
-        match connect(&s, &ns, &name, req).await {
+        match connect(&s, kind, &ns, &name, req).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::debug!(error = %e, pod = %format!("{ns}/{name}"), "exec refused");
+                tracing::debug!(error = %e, pod = %format!("{ns}/{name}"), "{} refused", kind.resource());
                 e.into_response()
             }
         }
     }
     .instrument(span)
     .await;
-    s.metrics.observe("CONNECT", "pods/exec", resp.status().as_u16(), started.elapsed().as_secs_f64());
+    s.metrics.observe("CONNECT", kind.resource(), resp.status().as_u16(), started.elapsed().as_secs_f64());
     resp
 }
 
-async fn connect(s: &Shared, ns: &str, name: &str, mut req: Request<Body>) -> ApiResult<Response<Body>> {
+async fn connect(s: &Shared, kind: Kind, ns: &str, name: &str, mut req: Request<Body>) -> ApiResult<Response<Body>> {
     let opts = ExecOptions::parse(req.uri().query().unwrap_or(""))?;
-    let (node, addr, path) = location(s, ns, name, &opts)?;
+    let (node, addr, path) = location(s, kind, ns, name, &opts)?;
     if !is_upgrade(req.headers()) {
         return Err(ApiError::bad_request("Upgrade request required"));
     }
     let client_upgrade =
         req.extensions_mut().remove::<OnUpgrade>().ok_or_else(|| ApiError::bad_request("Upgrade request required"))?;
-    tracing::debug!(node = %node, agent = %addr, path = %path, "proxying exec");
+    tracing::debug!(node = %node, agent = %addr, path = %path, "proxying {}", kind.resource());
     let unreachable =
         |detail: String| ApiError::internal(format!("node {node:?}: failed to reach the agent at {addr}: {detail}"));
     let timeout = s.agents.timeout();
@@ -253,6 +310,15 @@ mod tests {
             err.message,
             "a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [setup]"
         );
+    }
+
+    #[test]
+    fn each_subresource_goes_to_its_kubelet_path() {
+        let o = ExecOptions::parse("container=b&stdout=true&stderr=true").expect("valid");
+        assert_eq!(agent_path(Kind::Attach, "ns", "p", "b", &o), "/attach/ns/p/b?error=1&output=1");
+        assert_eq!(agent_path(Kind::PortForward, "ns", "p", "", &o), "/portForward/ns/p");
+        let o = ExecOptions::parse("command=ls&stdout=true").expect("valid");
+        assert_eq!(agent_path(Kind::Exec, "ns", "p", "c", &o), "/exec/ns/p/c?command=ls&output=1");
     }
 
     #[test]

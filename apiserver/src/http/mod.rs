@@ -61,6 +61,8 @@ pub fn router(state: Shared) -> Router {
         .route("/openapi/v3", get(|| async { json_response(200, &openapi::index()) }))
         .route("/openapi/v3/{*gv}", get(openapi_doc))
         .route("/api/v1/namespaces/{ns}/pods/{name}/exec", axum::routing::any(exec::serve))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/attach", axum::routing::any(exec::serve_attach))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/portforward", axum::routing::any(exec::serve_portforward))
         .fallback(api)
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
         .with_state(state)
