@@ -183,7 +183,11 @@ fn on_terminal(
     Ok((code, out.join().unwrap_or_default()))
 }
 
-const TTY_SCRIPT: &str = "test -t 0 && echo is-a-tty; stty size; read x; stty size; echo got=$x; exit 3";
+// runc relays a resize to the container's terminal on its own SIGWINCH, after our ioctl returns:
+// the script waits (up to 5 s) for the size to change instead of racing the relay.
+const TTY_SCRIPT: &str = "test -t 0 && echo is-a-tty; s=$(stty size); echo $s; read x; i=0; \
+    while [ \"$(stty size)\" = \"$s\" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
+    stty size; echo got=$x; exit 3";
 
 #[test]
 fn exec_on_a_terminal_reports_its_size_and_follows_resizes() -> anyhow::Result<()> {
