@@ -2,6 +2,7 @@
 
 pub mod agent_client;
 pub mod cache;
+pub mod fieldmanager;
 pub mod http;
 pub mod metrics;
 pub mod registry;

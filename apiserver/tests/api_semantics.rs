@@ -370,6 +370,8 @@ fn metrics_and_health_endpoints_answer() {
     assert_eq!((code, body["kind"].as_str(), body["reason"].as_str()), (404, Some("Status"), Some("NotFound")));
     let (code, body) =
         send(&s, "PATCH", "/api/v1/namespaces/default/configmaps/x", &json!({}), "application/apply-patch+yaml");
+    assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")), "server-side apply needs a fieldManager");
+    let (code, body) = send(&s, "PATCH", "/api/v1/namespaces/default/configmaps/x", &json!({}), "text/plain");
     assert_eq!((code, body["reason"].as_str()), (415, Some("UnsupportedMediaType")));
     let (code, body) =
         send(&s, "POST", "/api/v1/namespaces/default/configmaps", &json!("not an object"), "application/json");

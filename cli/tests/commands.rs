@@ -121,13 +121,59 @@ fn apply_refuses_bad_input_with_one_line() {
         c.file("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: web\n");
     let err = c.fails(&["apply", "-f", invalid.to_str().expect("utf8")]);
     assert_eq!(err, "The Pod \"bad\" is invalid: spec.containers[0].image: Required value");
-    let ssa = c.fails(&[
-        "apply",
-        "--server-side",
-        "-f",
-        c.file("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n").to_str().expect("utf8"),
-    ]);
-    assert!(ssa.starts_with("Error from server (UnsupportedMediaType): application/apply-patch+yaml"), "{ssa}");
+}
+
+const SSA_V1: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.25
+        env: [{name: A, value: '1'}, {name: B, value: '2'}]
+";
+
+#[test]
+fn server_side_apply_merges_removes_left_out_fields_and_reports_conflicts() {
+    let c = Cluster::start();
+    let v1 = c.file("v1.yaml", SSA_V1);
+    let v2 = c.file("v2.yaml", &SSA_V1.replace("nginx:1.25", "nginx:1.26").replace("{name: A, value: '1'}, ", ""));
+    let (v1, v2) = (v1.to_str().expect("utf8"), v2.to_str().expect("utf8"));
+    let ssa = |f: &str| c.ok(&["apply", "--server-side", "-f", f]);
+    assert_eq!(ssa(v1), "deployment.apps/web serverside-applied\n");
+    let rv = c.get("/apis/apps/v1/namespaces/default/deployments/web")["metadata"]["resourceVersion"].clone();
+    assert_eq!(ssa(v1), "deployment.apps/web serverside-applied\n");
+    let d = c.get("/apis/apps/v1/namespaces/default/deployments/web");
+    assert_eq!(d["metadata"]["resourceVersion"], rv, "an unchanged apply writes nothing");
+    let mf = &d["metadata"]["managedFields"][0];
+    assert_eq!((mf["manager"].as_str(), mf["operation"].as_str()), (Some("kaji"), Some("Apply")), "{mf}");
+
+    assert_eq!(ssa(v2), "deployment.apps/web serverside-applied\n");
+    let d = c.get("/apis/apps/v1/namespaces/default/deployments/web");
+    let web = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(web["image"], "nginx:1.26");
+    assert_eq!(web["env"], json!([{"name": "B", "value": "2"}]), "A left the manifest, so it left the object");
+
+    c.ok(&["scale", "deployment/web", "--replicas=5"]);
+    let err = c.fails(&["apply", "--server-side", "-f", v2]);
+    assert!(err.starts_with("error: Apply failed with 1 conflict: conflict with "), "{err}");
+    assert!(err.contains(": .spec.replicas") && err.contains("--force-conflicts"), "{err}");
+    assert_eq!(c.get("/apis/apps/v1/namespaces/default/deployments/web")["spec"]["replicas"], 5);
+    assert_eq!(
+        c.ok(&["apply", "--server-side", "--force-conflicts", "--field-manager", "kaji", "-f", v2]),
+        "deployment.apps/web serverside-applied\n"
+    );
+    assert_eq!(c.get("/apis/apps/v1/namespaces/default/deployments/web")["spec"]["replicas"], 2);
+
+    let nameless = c.file("bad.yaml", &SSA_V1.replace("- name: web\n        image", "- image"));
+    let err = c.fails(&["apply", "--server-side", "-f", nameless.to_str().expect("utf8")]);
+    assert!(err.starts_with("Error from server (BadRequest): ") && err.contains("omits key field \"name\""), "{err}");
 }
 
 #[test]

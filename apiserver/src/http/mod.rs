@@ -155,8 +155,23 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     }
 }
 
-fn write_options(q: &Query) -> ApiResult<WriteOptions> {
+/// The manager a write is recorded under: `fieldManager`, else the User-Agent's product (as Kubernetes).
+fn field_manager(q: &Query, headers: &HeaderMap) -> ApiResult<String> {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        if m.len() > 128 || m.chars().any(char::is_control) {
+            return Err(ApiError::bad_request("fieldManager: Invalid value: must be at most 128 printable characters"));
+        }
+        return Ok(m.to_string());
+    }
+    let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let product = ua.split('/').next().unwrap_or("");
+    Ok(product.chars().filter(|c| !c.is_control()).take(128).collect())
+}
+
+fn write_options(q: &Query, headers: &HeaderMap) -> ApiResult<WriteOptions> {
     Ok(WriteOptions {
+        field_manager: Some(field_manager(q, headers)?),
+        subresource: None,
         dry_run: match q.get("dryRun") {
             None | Some("") => false,
             Some("All") => true,
@@ -348,28 +363,28 @@ async fn resource_request(
         }
         (&Method::GET, Some(name), Some(Subresource::Scale)) => {
             let ns = ns.unwrap_or("default");
-            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Get, &write_options(q)?).await?))
+            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Get, &write_options(q, headers)?).await?))
         }
         (&Method::POST, None, None) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.create(info, ns, v, &write_options(q)?).await?))
+            Ok(outcome_response(reg.create(info, ns, v, &write_options(q, headers)?).await?))
         }
         (&Method::POST, Some(name), Some(Subresource::Binding)) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.bind(ns.unwrap_or("default"), name, v, &write_options(q)?).await?))
+            Ok(outcome_response(reg.bind(ns.unwrap_or("default"), name, v, &write_options(q, headers)?).await?))
         }
         (&Method::PUT, Some(name), None | Some(Subresource::Status)) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.update(info, ns, name, v, sub, &write_options(q)?).await?))
+            Ok(outcome_response(reg.update(info, ns, name, v, sub, &write_options(q, headers)?).await?))
         }
         (&Method::PUT, Some(name), Some(Subresource::Scale)) => {
             let v = decode_body(headers, &body)?;
             let ns = ns.unwrap_or("default");
-            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Put(v), &write_options(q)?).await?))
+            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Put(v), &write_options(q, headers)?).await?))
         }
         (&Method::PUT, Some(name), Some(Subresource::Finalize)) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.finalize_namespace(name, v, &write_options(q)?).await?))
+            Ok(outcome_response(reg.finalize_namespace(name, v, &write_options(q, headers)?).await?))
         }
         (&Method::PATCH, Some(name), None | Some(Subresource::Status) | Some(Subresource::Scale)) => {
             let kind = match content_type(headers).as_str() {
@@ -377,18 +392,29 @@ async fn resource_request(
                 "application/json-patch+json" => PatchType::Json,
                 "application/strategic-merge-patch+json" => PatchType::Strategic,
                 "application/apply-patch+yaml" => {
-                    return Err(ApiError::new(
-                        415,
-                        "UnsupportedMediaType",
-                        format!(
-                            "{} is not supported yet; use application/merge-patch+json or application/json-patch+json",
-                            content_type(headers)
-                        ),
-                    ))
+                    if sub == Some(Subresource::Scale) {
+                        return Err(ApiError::new(
+                            415,
+                            "UnsupportedMediaType",
+                            "server-side apply is not served on the scale subresource; apply the object or patch its scale",
+                        ));
+                    }
+                    if q.get("fieldManager").is_none_or(str::is_empty) {
+                        return Err(ApiError::bad_request(crate::registry::REQUIRE_MANAGER));
+                    }
+                    let force = match q.get("force") {
+                        None | Some("" | "false" | "0") => false,
+                        Some("true" | "1") => true,
+                        Some(other) => {
+                            return Err(ApiError::bad_request(format!("invalid value for force: {other:?}")))
+                        }
+                    };
+                    let opts = write_options(q, headers)?;
+                    return Ok(outcome_response(reg.apply(info, ns, name, &body, sub, &opts, force).await?));
                 }
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            let opts = write_options(q)?;
+            let opts = write_options(q, headers)?;
             let out = match sub {
                 Some(Subresource::Scale) => {
                     reg.scale(info, ns.unwrap_or("default"), name, ScaleOp::Patch(kind, &body), &opts).await?

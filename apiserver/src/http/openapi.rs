@@ -58,7 +58,7 @@ pub fn document(gv: &str) -> Option<Value> {
             "x-kubernetes-action": "patch",
             "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
             "parameters": [q("dryRun", "string"), q("fieldManager", "string"), q("fieldValidation", "string"), q("force", "boolean")],
-            "requestBody": {"content": {"application/json-patch+json": {}, "application/merge-patch+json": {}}},
+            "requestBody": {"content": {"application/json-patch+json": {}, "application/merge-patch+json": {}, "application/apply-patch+yaml": {}}},
             "responses": {"200": {"description": "OK"}},
         }}));
     }

@@ -2,6 +2,7 @@
 //! plus the per-kind rules (pods, pod logs, services, namespaces, scale) in submodules.
 
 pub mod alloc;
+mod apply;
 mod delete;
 pub mod meta;
 mod namespaces;
@@ -19,6 +20,7 @@ use meta::{meta_mut, meta_str};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+pub use apply::REQUIRE_MANAGER;
 pub use delete::Propagation;
 pub use scale::ScaleOp;
 
@@ -46,6 +48,11 @@ impl FieldValidation {
 pub struct WriteOptions {
     pub dry_run: bool,
     pub field_validation: FieldValidation,
+    /// Who an ordinary write is recorded under in `metadata.managedFields` (`fieldManager`, else
+    /// the User-Agent's product); `None` stores the body's managedFields untouched.
+    pub field_manager: Option<String>,
+    /// `scale` for writes through the scale subresource (status is known from the path).
+    pub subresource: Option<&'static str>,
 }
 
 /// What a write answers: HTTP code, body, and `Warning` headers.
@@ -278,6 +285,8 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info.group, info.kind, &name, &causes));
         }
+        let sent = meta_mut(&mut body).remove("managedFields");
+        apply::track(info, &name, None, &mut body, sent, None, opts)?;
         let allocated = if info.kind == "Service" { Some(services::allocate(self, &mut body, None)?) } else { None };
         if opts.dry_run {
             if let Some(a) = allocated {
@@ -360,6 +369,7 @@ impl Registry {
         sub: Option<Subresource>,
         opts: &WriteOptions,
     ) -> ApiResult<Outcome> {
+        let sent = new.pointer("/metadata/managedFields").cloned();
         match sub {
             Some(Subresource::Status) => {
                 // Only status changes through /status.
@@ -409,6 +419,7 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info.group, info.kind, name, &causes));
         }
+        apply::track(info, name, Some(old), &mut new, sent, sub, opts)?;
         let allocated = if info.kind == "Service" && sub.is_none() {
             Some(services::allocate(self, &mut new, Some(old))?)
         } else {

@@ -71,6 +71,7 @@ pub async fn handle(
         return Err(ApiError::invalid("autoscaling", "Scale", name, &[cause]));
     }
     let pinned = meta_str(&known, "resourceVersion").map(str::to_string);
+    let opts = &WriteOptions { subresource: Some("scale"), ..opts.clone() };
     let mut obj = obj;
     let mut attempts = 0;
     let out = loop {

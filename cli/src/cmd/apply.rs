@@ -1,5 +1,5 @@
-//! `kaji apply -f`: create what is missing, patch what differs, leave the rest — client-side, as
-//! kubectl's default apply (kaji's apiserver does not serve server-side apply yet).
+//! `kaji apply -f`: create what is missing, patch what differs, leave the rest — client-side by
+//! default, as kubectl; `--server-side` leaves the merge and field ownership to the apiserver.
 
 use crate::cluster::Cluster;
 use crate::errors::{self, Reported};
@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Result};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-/// Field manager kaji's writes are recorded under.
+/// Field manager kaji's writes are recorded under unless --field-manager says otherwise.
 pub const MANAGER: &str = "kaji";
 
 #[derive(clap::Args, Debug)]
@@ -21,8 +21,9 @@ merge patch with the fields that differ — 'unchanged' when none do. The manife
 kubectl.kubernetes.io/last-applied-configuration annotation, like kubectl's client-side apply, \
 so a field removed from the manifest is removed from the object, and kubectl and kaji can take \
 turns. Lists are replaced whole when they differ. --server-side sends the manifest as \
-application/apply-patch+yaml instead, for servers that implement server-side apply (kaji's \
-apiserver does not yet).")]
+application/apply-patch+yaml instead: the apiserver merges it (lists by their keys), removes \
+fields this field manager applied before and left out now, and refuses to change fields another \
+manager set (a conflict) unless --force-conflicts.")]
 pub struct Args {
     /// A manifest file, a directory of them (.yaml, .yml, .json) or `-` for stdin; repeatable.
     #[arg(short, long = "filename", required = true, value_name = "FILE|DIR|-")]
@@ -30,12 +31,15 @@ pub struct Args {
     /// Also read the subdirectories of directories given with -f.
     #[arg(short = 'R', long)]
     pub recursive: bool,
-    /// Server-side apply (field manager "kaji").
+    /// Server-side apply: the apiserver merges the manifest and tracks who owns which field.
     #[arg(long)]
     pub server_side: bool,
     /// With --server-side: take over fields other managers own instead of failing on conflicts.
     #[arg(long, requires = "server_side")]
     pub force_conflicts: bool,
+    /// The name the writes are recorded under in managedFields.
+    #[arg(long, default_value = MANAGER, value_name = "NAME")]
+    pub field_manager: String,
 }
 
 pub async fn run(cl: &Cluster, args: Args) -> Result<()> {
@@ -83,15 +87,15 @@ async fn apply(cl: &Cluster, doc: &Doc, args: &Args) -> Result<String> {
     let api = cl.api(&r, ns.as_deref());
     let what = format!("{}/{name}", r.qualified_kind());
     if args.server_side {
-        let mut pp = PatchParams::apply(MANAGER);
+        let mut pp = PatchParams::apply(&args.field_manager);
         pp.force = args.force_conflicts;
-        api.patch(&name, &pp, &Patch::Apply(&obj)).await.map_err(errors::api)?;
+        api.patch(&name, &pp, &Patch::Apply(&obj)).await.map_err(conflict_hint)?;
         return Ok(format!("{what} serverside-applied"));
     }
     let desired = with_last_applied(obj)?;
     let live = api.get_opt(&name).await.map_err(errors::api)?;
     let Some(live) = live else {
-        let pp = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+        let pp = PostParams { field_manager: Some(args.field_manager.clone()), ..Default::default() };
         let body: DynamicObject = serde_json::from_value(desired)?;
         api.create(&pp, &body).await.map_err(errors::api)?;
         return Ok(format!("{what} created"));
@@ -103,9 +107,20 @@ async fn apply(cl: &Cluster, doc: &Doc, args: &Args) -> Result<String> {
     if patch.is_empty() {
         return Ok(format!("{what} unchanged"));
     }
-    let pp = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    let pp = PatchParams { field_manager: Some(args.field_manager.clone()), ..Default::default() };
     api.patch(&name, &pp, &Patch::Merge(Value::Object(patch))).await.map_err(errors::api)?;
     Ok(format!("{what} configured"))
+}
+
+/// A server-side apply conflict as kubectl words it, with the way out.
+fn conflict_hint(e: kube::Error) -> anyhow::Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 409 && s.message.starts_with("Apply failed") => anyhow!(
+            "{}\nre-run with --force-conflicts to take these fields over, or leave them out of the manifest",
+            s.message
+        ),
+        _ => errors::api(e),
+    }
 }
 
 /// The namespace a namespaced object goes to: its own, else `-n`/the context's; a manifest's
