@@ -50,6 +50,15 @@ pub fn with_type(mut obj: Value, api_version: &str, kind: &str) -> Value {
     obj
 }
 
+/// `metadata.managedFields` left out, as kubectl prints objects unless `--show-managed-fields`:
+/// they are the server's bookkeeping, and a manifest saved from `get -o yaml` should not carry them.
+pub fn without_managed_fields(mut obj: Value) -> Value {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    obj
+}
+
 /// Writes to stdout; a reader that went away is not an error.
 pub fn emit(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
@@ -76,6 +85,13 @@ mod tests {
         assert!(text.contains("kind: ConfigMap"), "{text}");
         let back: Value = serde_saphyr::from_str(&text).expect("parses back");
         assert_eq!(back, v);
+    }
+
+    #[test]
+    fn managed_fields_are_left_out() {
+        let obj = json!({"metadata": {"name": "a", "managedFields": [{"manager": "kubectl"}]}, "spec": {}});
+        assert_eq!(without_managed_fields(obj), json!({"metadata": {"name": "a"}, "spec": {}}));
+        assert_eq!(without_managed_fields(json!({"kind": "X"})), json!({"kind": "X"}));
     }
 
     #[test]

@@ -212,7 +212,14 @@ fn get_json_and_yaml_round_trip() {
     let obj: Value = serde_json::from_str(&c.ok(&["get", "deploy", "web", "-n", "shop", "-o", "json"])).expect("json");
     assert_eq!(obj["kind"], "Deployment");
     assert_eq!(obj["apiVersion"], "apps/v1");
-    assert_eq!(obj, c.get("/apis/apps/v1/namespaces/shop/deployments/web"), "the object as stored");
+    let mut stored = c.get("/apis/apps/v1/namespaces/shop/deployments/web");
+    let managed = stored["metadata"].as_object_mut().and_then(|m| m.remove("managedFields"));
+    assert!(managed.is_some(), "the server records who wrote what");
+    assert_eq!(obj, stored, "the object as stored, without managedFields (as kubectl prints it)");
+    let shown: Value =
+        serde_json::from_str(&c.ok(&["get", "deploy", "web", "-n", "shop", "-o", "json", "--show-managed-fields"]))
+            .expect("json");
+    assert_eq!(shown["metadata"]["managedFields"], managed.expect("checked above"));
     let yaml = c.ok(&["get", "deploy", "web", "-n", "shop", "-o", "yaml"]);
     let back: Value = serde_saphyr::from_str(&yaml).expect("yaml parses");
     assert_eq!(back, obj);

@@ -36,6 +36,9 @@ pub struct Args {
     /// Add a LABELS column.
     #[arg(long)]
     pub show_labels: bool,
+    /// Keep `metadata.managedFields` in json/yaml output (left out by default, as kubectl does).
+    #[arg(long)]
+    pub show_managed_fields: bool,
 }
 
 pub async fn run(cl: &Cluster, args: Args) -> Result<()> {
@@ -164,7 +167,7 @@ async fn objects(
             }
         }
     }
-    let mut items: Vec<Value> = items.into_iter().map(|o| output::with_type(o, &r.api_version(), &r.kind)).collect();
+    let mut items: Vec<Value> = items.into_iter().map(|o| printable(o, r, args)).collect();
     let text = match format {
         Format::Name => items.iter().map(|o| output::name(&r.qualified_kind(), o) + "\n").collect(),
         _ if items.is_empty() && !errs.is_empty() => String::new(),
@@ -179,6 +182,16 @@ async fn objects(
         }
     };
     Ok((text, errs))
+}
+
+/// An object as json/yaml/name output shows it: typed, managedFields only when asked for.
+fn printable(obj: Value, r: &Resource, args: &Args) -> Value {
+    let obj = output::with_type(obj, &r.api_version(), &r.kind);
+    if args.show_managed_fields {
+        obj
+    } else {
+        output::without_managed_fields(obj)
+    }
 }
 
 /// `-w`: list (printing what is there), then watch from the list's resourceVersion.
@@ -202,7 +215,7 @@ async fn watch(cl: &Cluster, r: &Resource, ns: Option<&str>, name: Option<&str>,
         }
     } else {
         for item in first["items"].as_array().into_iter().flatten() {
-            p.print(&output::with_type(item.clone(), &r.api_version(), &r.kind))?;
+            p.print(&printable(item.clone(), r, args))?;
         }
     }
     loop {
@@ -218,7 +231,11 @@ async fn watch(cl: &Cluster, r: &Resource, ns: Option<&str>, name: Option<&str>,
                     if let Some(v) = meta["resourceVersion"].as_str() {
                         rv = v.to_string();
                     }
-                    p.print(&o)?;
+                    if tables {
+                        p.print(&o)?;
+                    } else {
+                        p.print(&printable(o, r, args))?;
+                    }
                 }
                 WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
                 WatchEvent::Error(s) => return Err(errors::api(kube::Error::Api(s))),
