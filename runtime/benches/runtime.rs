@@ -44,17 +44,21 @@ fn bundle(dir: &Path, rootfs: &Path, parent: &str) -> anyhow::Result<PathBuf> {
     Ok(b)
 }
 
-/// One full lifecycle. Each container gets its own cgroup (parent/<id> via a per-id bundle).
-fn once(rt: &dyn ContainerRuntime, dir: &Path, rootfs: &Path, parent: &str, id: &str) -> anyhow::Result<Duration> {
+/// One full lifecycle, timed per phase (create, start, wait, delete). Each container gets its
+/// own cgroup (parent/<id> via a per-id bundle).
+fn once(rt: &dyn ContainerRuntime, dir: &Path, rootfs: &Path, parent: &str, id: &str) -> anyhow::Result<[Duration; 4]> {
     let b = bundle(dir, rootfs, &format!("{parent}/{id}"))?;
-    let t = Instant::now();
+    let t0 = Instant::now();
     rt.create(id, &b, &CreateOptions::default())?;
+    let t1 = Instant::now();
     rt.start(id)?;
+    let t2 = Instant::now();
     let exit = rt.wait(id, Some(Duration::from_secs(30)))?;
+    let t3 = Instant::now();
     rt.delete(id, false)?;
-    let took = t.elapsed();
+    let t4 = Instant::now();
     anyhow::ensure!(exit.code == 0, "{id} exited {}", exit.code);
-    Ok(took)
+    Ok([t1 - t0, t2 - t1, t3 - t2, t4 - t3])
 }
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
@@ -66,6 +70,8 @@ struct Result {
     median: f64,
     p90: f64,
     batch: f64,
+    /// Median of each phase: create, start, wait, delete.
+    phases: [f64; 4],
 }
 
 fn measure(rt: &(dyn ContainerRuntime + Sync), dir: &Path, rootfs: &Path, parent: &str) -> anyhow::Result<Result> {
@@ -73,10 +79,18 @@ fn measure(rt: &(dyn ContainerRuntime + Sync), dir: &Path, rootfs: &Path, parent
         once(rt, dir, rootfs, parent, &format!("warm{i}"))?;
     }
     let mut times = Vec::new();
+    let mut phases: [Vec<Duration>; 4] = Default::default();
     for i in 0..SEQUENTIAL {
-        times.push(once(rt, dir, rootfs, parent, &format!("s{i}"))?);
+        let p = once(rt, dir, rootfs, parent, &format!("s{i}"))?;
+        times.push(p.iter().sum::<Duration>());
+        for (all, d) in phases.iter_mut().zip(p) {
+            all.push(d);
+        }
     }
     times.sort();
+    for p in phases.iter_mut() {
+        p.sort();
+    }
     let t = Instant::now();
     std::thread::scope(|s| -> anyhow::Result<()> {
         let handles: Vec<_> = (0..WORKERS)
@@ -94,7 +108,12 @@ fn measure(rt: &(dyn ContainerRuntime + Sync), dir: &Path, rootfs: &Path, parent
         }
         Ok(())
     })?;
-    Ok(Result { median: pct(&times, 0.5), p90: pct(&times, 0.9), batch: t.elapsed().as_secs_f64() * 1e3 })
+    Ok(Result {
+        median: pct(&times, 0.5),
+        p90: pct(&times, 0.9),
+        batch: t.elapsed().as_secs_f64() * 1e3,
+        phases: phases.map(|p| pct(&p, 0.5)),
+    })
 }
 
 fn cleanup_cgroups(parent: &str) {
@@ -115,6 +134,13 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let runc_bin = ["/usr/sbin/runc", "/usr/bin/runc"].iter().map(PathBuf::from).find(|p| p.exists());
+    // For profiling one run by hand (strace, perf): write the bench's bundle and stop.
+    if let Some(out) = std::env::var_os("KAJI_RT_BENCH_BUNDLE") {
+        let out = PathBuf::from(out);
+        let b = bundle(&out, &rootfs(&out)?, "kaji-bench-profile/c")?;
+        println!("{}", b.display());
+        return Ok(());
+    }
     let dir = std::env::temp_dir().join(format!("kaji-rt-bench-{}", std::process::id()));
     let root = rootfs(&dir)?;
     let parent = format!("kaji-bench-{}", std::process::id());
@@ -135,10 +161,15 @@ fn main() -> anyhow::Result<()> {
     println!("| backend | median (ms) | p90 (ms) | {BATCH} in parallel ×{WORKERS} (ms) |");
     println!("|---|---|---|---|");
     println!("| native | {:.2} | {:.2} | {:.0} |", n.median, n.p90, n.batch);
-    if let Some(r) = r {
-        let r = r?;
+    let r = r.transpose()?;
+    if let Some(r) = &r {
         println!("| runc (same shim) | {:.2} | {:.2} | {:.0} |", r.median, r.p90, r.batch);
         println!("\nratio runc/native: median {:.1}×, batch {:.1}×", r.median / n.median, r.batch / n.batch);
+    }
+    println!("\n| phase medians (ms) | create | start | wait | delete |\n|---|---|---|---|---|");
+    for (name, x) in std::iter::once(("native", &n)).chain(r.as_ref().map(|r| ("runc", r))) {
+        let [c, s, w, d] = x.phases;
+        println!("| {name} | {c:.2} | {s:.2} | {w:.2} | {d:.2} |");
     }
     Ok(())
 }

@@ -35,6 +35,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to remove cgroup {path}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cgroup {0} does not exist in any hierarchy")]
     Missing(PathBuf),
 }
@@ -71,6 +77,12 @@ impl Cgroup {
     /// Creates the cgroup (adding the pid creates the directories) and applies the limits.
     pub fn add_and_apply(&self, pid: Pid, resources: &LinuxResources) -> Result<()> {
         self.manager.add_task(pid).map_err(self.wrap("add process to"))?;
+        let opt = ControllerOpt { resources, disable_oom_killer: false, oom_score_adj: None, freezer_state: None };
+        self.manager.apply(&opt).map_err(self.wrap("apply limits to"))
+    }
+
+    /// Applies the limits to a cgroup the process already joined (see [`enter_self`]).
+    pub fn apply(&self, resources: &LinuxResources) -> Result<()> {
         let opt = ControllerOpt { resources, disable_oom_killer: false, oom_score_adj: None, freezer_state: None };
         self.manager.apply(&opt).map_err(self.wrap("apply limits to"))
     }
@@ -132,6 +144,200 @@ pub fn join(path: &Path, pid: Pid) -> Result<()> {
     }
 }
 
+/// The controllers libcgroups' v1 manager puts a container in.
+const V1_CONTROLLERS: &[&str] = &[
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "hugetlb",
+    "memory",
+    "pids",
+    "perf_event",
+    "blkio",
+    "net_prio",
+    "net_cls",
+    "freezer",
+];
+
+/// One cgroup v1 hierarchy as mounted here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V1Mount {
+    pub mount_point: PathBuf,
+    /// The cgroup shown at the mount point (`/` unless only a subtree is mounted).
+    pub root: PathBuf,
+    pub controllers: Vec<String>,
+}
+
+/// Pure: the cgroup v1 mounts in a mountinfo text that carry at least one controller we manage.
+pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
+    let mut mounts: Vec<V1Mount> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut fields = left.split(' ').skip(3);
+            let (root, mount_point) = (fields.next()?, fields.next()?);
+            let mut fs = right.split(' ');
+            if fs.next()? != "cgroup" {
+                return None;
+            }
+            let options = fs.nth(1)?;
+            let controllers: Vec<String> =
+                options.split(',').filter(|o| V1_CONTROLLERS.contains(o)).map(str::to_string).collect();
+            (!controllers.is_empty()).then(|| V1Mount {
+                mount_point: PathBuf::from(mount_point),
+                root: PathBuf::from(root),
+                controllers,
+            })
+        })
+        .collect();
+    mounts.sort_by(|a, b| a.mount_point.cmp(&b.mount_point));
+    mounts.dedup_by(|a, b| a.mount_point == b.mount_point);
+    mounts
+}
+
+/// Pure: this process's cgroup in the v1 hierarchy that has `controller`, from /proc/self/cgroup.
+pub fn parse_own_cgroup<'a>(proc_cgroup: &'a str, controller: &str) -> Option<&'a str> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+        list.split(',').any(|c| c == controller).then_some(path)
+    })
+}
+
+/// The cgroups a process left by [`enter_self`], to return to with [`Joined::leave`].
+#[derive(Debug)]
+pub struct Joined {
+    /// `tasks` files of the original cgroups, one per hierarchy joined.
+    back: Vec<PathBuf>,
+}
+
+impl Joined {
+    /// Moves the calling thread back to the cgroups it came from.
+    pub fn leave(&self) -> Result<()> {
+        for tasks in &self.back {
+            write_self(tasks)?;
+        }
+        Ok(())
+    }
+}
+
+fn write_self(tasks: &Path) -> Result<()> {
+    std::fs::write(tasks, "0").map_err(|source| Error::Join { pid: 0, path: tasks.to_path_buf(), source })
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Join { pid: 0, path: path.to_path_buf(), source }
+}
+
+/// On cgroup v1 and hybrid hosts: creates the container's cgroup in every v1 controller
+/// hierarchy and moves the calling thread into it (`0` written to `tasks`), so a child cloned
+/// next is born inside and never migrates. A thread moving itself is the one migration the
+/// kernel does without its global threadgroup lock, whose RCU grace period otherwise costs
+/// 10 ms or more per container. The caller must be single-threaded (the shim is), and goes
+/// back with [`Joined::leave`] right after the clone. `None` on pure cgroup v2 hosts.
+pub fn enter_self(path: &Path) -> Result<Option<Joined>> {
+    if matches!(libcgroups::common::get_cgroup_setup().map_err(|e| Error::Detect(Box::new(e)))?, CgroupSetup::Unified) {
+        return Ok(None);
+    }
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(io_err(Path::new("/proc/self/mountinfo")))?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(io_err(Path::new("/proc/self/cgroup")))?;
+    let mut plan = Vec::new();
+    for m in parse_v1_mounts(&mountinfo) {
+        // Where we are now, as a path under this mount; if that cannot be known (a cgroup
+        // outside the mounted subtree), fall back to moving the init in from outside.
+        let here = parse_own_cgroup(&own, &m.controllers[0]).map(Path::new);
+        let Some(back) = here.and_then(|h| h.strip_prefix(&m.root).ok()).map(|h| m.mount_point.join(h).join("tasks"))
+        else {
+            return Ok(None);
+        };
+        if !back.exists() {
+            return Ok(None);
+        }
+        plan.push((m, back));
+    }
+    let plan: Vec<(PathBuf, PathBuf)> = plan
+        .into_iter()
+        .map(|(m, back)| {
+            create(&m.mount_point, rel, m.controllers.iter().any(|c| c == "cpuset"))?;
+            Ok((m.mount_point.join(rel).join("tasks"), back))
+        })
+        .collect::<Result<_>>()?;
+    let mut joined = Joined { back: Vec::new() };
+    for (tasks, back) in plan {
+        if let Err(e) = write_self(&tasks) {
+            let _ = joined.leave();
+            return Err(e);
+        }
+        joined.back.push(back);
+    }
+    Ok(Some(joined))
+}
+
+/// mkdir -p of `rel` under a hierarchy; in cpuset, each new level gets its parent's cpus and
+/// mems (a v1 cpuset cgroup starts empty and refuses tasks).
+fn create(mount: &Path, rel: &Path, cpuset: bool) -> Result<()> {
+    let mut dir = mount.to_path_buf();
+    for part in rel.components() {
+        let parent = dir.clone();
+        dir.push(part);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(Error::Join { pid: 0, path: dir, source }),
+        }
+        if cpuset {
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                let value = std::fs::read_to_string(parent.join(file)).map_err(io_err(&parent))?;
+                std::fs::write(dir.join(file), value.trim()).map_err(io_err(&dir))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Kills what is left in the container's cgroup and removes it from every hierarchy. On v1 and
+/// hybrid hosts this reads mountinfo once (libcgroups' v1 manager reads it, and
+/// /proc/self/cgroup, once per controller on every construction); on v2 it is libcgroups'.
+pub fn remove(path: &Path) -> Result<()> {
+    if matches!(libcgroups::common::get_cgroup_setup().map_err(|e| Error::Detect(Box::new(e)))?, CgroupSetup::Unified) {
+        return Cgroup::new(path)?.remove();
+    }
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(io_err(Path::new("/proc/self/mountinfo")))?;
+    for m in parse_v1_mounts(&mountinfo) {
+        let dir = m.mount_point.join(rel);
+        if dir.is_dir() {
+            remove_dir(&dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// SIGKILLs the processes in one cgroup directory and removes it, retrying while the killed
+/// processes exit (about a second at most; the usual case succeeds at once).
+fn remove_dir(dir: &Path) -> Result<()> {
+    let err = |source| Error::Remove { path: dir.to_path_buf(), source };
+    let mut delay = std::time::Duration::from_millis(1);
+    for _ in 0..10 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => std::thread::sleep(delay),
+            Err(e) => return Err(err(e)),
+        }
+        delay = (delay * 2).min(std::time::Duration::from_millis(200));
+    }
+    std::fs::remove_dir(dir).map_err(err)
+}
+
 /// How many processes the kernel OOM killer killed in this cgroup (0 if unknown).
 pub fn oom_kills(path: &Path) -> u64 {
     let rel = path.strip_prefix("/").unwrap_or(path);
@@ -154,6 +360,35 @@ pub fn parse_oom_kill(text: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_v1_controller_mounts_and_skips_named_and_v2_ones() {
+        let info = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+                    32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
+                    35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                    40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
+                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        let mount = |p: &str, root: &str, c: &[&str]| V1Mount {
+            mount_point: PathBuf::from(p),
+            root: PathBuf::from(root),
+            controllers: c.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(
+            parse_v1_mounts(info),
+            vec![
+                mount("/sys/fs/cgroup/cpu,cpuacct", "/", &["cpu", "cpuacct"]),
+                mount("/sys/fs/cgroup/memory", "/docker/abc", &["memory"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn finds_own_cgroup_per_controller() {
+        let own = "9:name=systemd:/\n4:memory:/a/b\n2:cpu,cpuacct:/c\n0::/\n";
+        assert_eq!(parse_own_cgroup(own, "memory"), Some("/a/b"));
+        assert_eq!(parse_own_cgroup(own, "cpuacct"), Some("/c"));
+        assert_eq!(parse_own_cgroup(own, "pids"), None);
+    }
 
     #[test]
     fn reads_oom_kill_counter_from_v1_and_v2_files() {

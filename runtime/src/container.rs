@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -16,6 +17,7 @@ use oci_spec::runtime::Process;
 
 use crate::cgroups::{self, Cgroup, Usage};
 use crate::exec::{self, Exec, ExecOptions};
+use crate::hooks::{self, Point};
 use crate::state::{self, Dir, Exit, Record, State, Status};
 use crate::{spec, sys};
 
@@ -49,6 +51,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("container {id}: {message}")]
+    Hook { id: String, message: String },
     #[error("timed out waiting for container {0}")]
     Timeout(String),
     #[error("the shim of container {0} died without recording an exit status")]
@@ -154,7 +158,7 @@ impl Common {
         let alive = nix::sys::signal::kill(Pid::from_raw(record.pid), None).is_ok();
         let status = state::status(exit.as_ref(), alive, dir.created_marker().exists());
         Ok(State {
-            oci_version: "1.0.2".into(),
+            oci_version: state::OCI_VERSION.into(),
             id: record.id,
             status,
             pid: if status == Status::Stopped { 0 } else { record.pid },
@@ -224,9 +228,7 @@ impl Common {
 
     fn finish_delete(&self, id: &str, record: &Record) -> Result<()> {
         if let Some(p) = &record.cgroups_path {
-            if cgroups::directories(p)?.iter().any(|d| d.exists()) {
-                Cgroup::new(p)?.remove()?;
-            }
+            cgroups::remove(p)?;
         }
         // The shim may still be writing exit.json; it exits right after.
         if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(record.shim_pid)) {
@@ -287,15 +289,35 @@ impl ContainerRuntime for Native {
         if st.status != Status::Created {
             return Err(Error::WrongState { id: id.into(), status: st.status, wanted: "created" });
         }
-        let dir = self.common.dir(id)?;
+        let (dir, record) = self.common.record(id)?;
         let err = |source| Error::Start { id: id.into(), source };
-        use std::io::Write;
+        use std::io::{Read, Write};
         use std::os::unix::fs::OpenOptionsExt;
+        // Opened before the init can run its startContainer hooks, so their verdict is not lost.
+        let verdict = match std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(dir.start_status())
+        {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(err(e)),
+        };
         let mut fifo =
             std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.fifo()).map_err(err)?;
         let _ = std::fs::remove_file(dir.created_marker());
         fifo.write_all(b"s").map_err(err)?;
         let _ = std::fs::remove_file(dir.fifo());
+        if let Some(mut f) = verdict {
+            // End of file once the init exec'd (the fifo is close-on-exec) or died.
+            nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&f), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+                .map_err(|e| err(e.into()))?;
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            let _ = std::fs::remove_file(dir.start_status());
+            if let Some(message) = text.lines().find_map(|l| l.strip_prefix("error: ")) {
+                return Err(Error::Hook { id: id.into(), message: message.to_string() });
+            }
+        }
+        let running = record.hook_state(Status::Running, record.pid);
+        hooks::run_all_warn(record.hooks.as_ref(), Point::Poststart, &running, Some(&record.bundle));
         Ok(())
     }
     fn state(&self, id: &str) -> Result<State> {
@@ -313,7 +335,10 @@ impl ContainerRuntime for Native {
             Err(Error::WrongState { .. }) => Ok(()),
             other => other,
         })?;
-        self.common.finish_delete(id, &record)
+        self.common.finish_delete(id, &record)?;
+        let stopped = record.hook_state(Status::Stopped, 0);
+        hooks::run_all_warn(record.hooks.as_ref(), Point::Poststop, &stopped, Some(&record.bundle));
+        Ok(())
     }
     fn list(&self) -> Result<Vec<String>> {
         self.common.list()

@@ -1,7 +1,8 @@
 //! The container init: what the cloned child of the shim does before it becomes the container's
-//! process — join namespaces, build the rootfs, hostname, rlimits, user, capabilities,
-//! no_new_privs, seccomp — then wait for `start` and exec. [`apply_process`] is the process
-//! hardening alone, shared with exec (`nsenter`).
+//! process — join namespaces, build the rootfs, run the createContainer hooks before pivot_root,
+//! hostname, rlimits, user, capabilities, no_new_privs, seccomp — then wait for `start`, run the
+//! startContainer hooks and exec. [`apply_process`] is the process hardening alone, shared with
+//! exec (`nsenter`).
 
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -14,6 +15,8 @@ use nix::sys::resource::{setrlimit, Resource};
 use nix::unistd::{Gid, Uid};
 use oci_spec::runtime::{Capability, PosixRlimitType, Process, Spec};
 
+use crate::hooks::{self, Point};
+use crate::state::{State, Status};
 use crate::{namespaces, rootfs, seccomp};
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +27,10 @@ pub enum Error {
     Rootfs(#[from] rootfs::Error),
     #[error(transparent)]
     Seccomp(#[from] seccomp::Error),
+    #[error(transparent)]
+    Hook(#[from] hooks::Error),
+    #[error("the shim did not let setup continue")]
+    Sync(#[source] std::io::Error),
     #[error("failed to {op}")]
     Sys {
         op: String,
@@ -56,12 +63,27 @@ pub struct Context<'a> {
     pub stderr: OwnedFd,
     /// The start fifo, opened read-write so a read blocks until `start` writes a byte.
     pub start: std::fs::File,
+    /// The spec's hooks (the init runs createContainer and startContainer itself).
+    pub hooks: Option<&'a oci_spec::runtime::Hooks>,
+    /// The state hooks see, less status and pid (which the init fills in).
+    pub hook_state: State,
+    /// Where a startContainer hook failure is reported to `start` (see `Dir::start_status`).
+    pub start_status: Option<std::fs::File>,
+}
+
+/// What the init needs from the shim at its two synchronisation points.
+pub trait Parent {
+    /// The mounts are in place and pivot_root has not happened: the shim has applied the cgroup
+    /// limits and runs the hooks that belong in the runtime namespace (prestart, createRuntime).
+    /// Returns once they succeeded; createContainer hooks run next.
+    fn runtime_hooks(&mut self) -> std::io::Result<()>;
+    /// Setup succeeded; the init now blocks on the start fifo.
+    fn ready(&mut self) -> std::io::Result<()>;
 }
 
 /// Runs the init up to exec. Returns only on error (the caller reports it and exits).
-/// `ready` is called once setup succeeded, before blocking on the start fifo.
-pub fn run(ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<()>) -> Error {
-    match setup_and_exec(ctx, ready) {
+pub fn run(ctx: Context<'_>, parent: &mut dyn Parent) -> Error {
+    match setup_and_exec(ctx, parent) {
         Ok(never) => match never {},
         Err(e) => e,
     }
@@ -69,7 +91,13 @@ pub fn run(ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<()>) -> Err
 
 enum Never {}
 
-fn setup_and_exec(mut ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<()>) -> Result<Never> {
+/// The state for hooks the init runs: the pid as the container sees it (the spec's rule for
+/// hooks in the container namespace).
+fn state(template: &State, status: Status) -> State {
+    State { status, pid: nix::unistd::getpid().as_raw(), ..template.clone() }
+}
+
+fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never> {
     let spec = ctx.spec;
     let process = spec.process().as_ref().ok_or(Error::NotFound(String::new()))?;
     crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;
@@ -93,6 +121,10 @@ fn setup_and_exec(mut ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<
     {
         rootfs::populate_dev(&root)?;
     }
+    if hooks::any(ctx.hooks, &[Point::Prestart, Point::CreateRuntime, Point::CreateContainer]) {
+        parent.runtime_hooks().map_err(Error::Sync)?;
+    }
+    hooks::run_all(ctx.hooks, Point::CreateContainer, &state(&ctx.hook_state, Status::Creating), Some(&root))?;
     rootfs::pivot(&root)?;
     rootfs::harden(spec)?;
 
@@ -106,9 +138,18 @@ fn setup_and_exec(mut ctx: Context<'_>, ready: impl FnOnce() -> std::io::Result<
     nix::unistd::dup2(devnull.as_raw_fd(), 0).map_err(sys("set up stdin"))?;
     nix::unistd::dup2(ctx.stdout.as_raw_fd(), 1).map_err(sys("set up stdout"))?;
     nix::unistd::dup2(ctx.stderr.as_raw_fd(), 2).map_err(sys("set up stderr"))?;
-    ready().map_err(Error::Start)?;
+    parent.ready().map_err(Error::Start)?;
     let mut byte = [0u8; 1];
     ctx.start.read_exact(&mut byte).map_err(Error::Start)?;
+    if let Some(mut status) = ctx.start_status.take() {
+        if let Err(e) = hooks::run_all(ctx.hooks, Point::StartContainer, &state(&ctx.hook_state, Status::Created), None)
+        {
+            let msg = hooks::chain(&e);
+            let _ = writeln!(status, "error: {msg}");
+            let _ = writeln!(std::io::stderr(), "kaji-runtime: {msg}");
+            return Err(e.into());
+        }
+    }
     let err = prepared.exec();
     let _ = std::io::stderr().write_all(b"kaji-runtime: exec failed\n");
     Err(err)

@@ -136,7 +136,11 @@ fn main() -> anyhow::Result<()> {
             kaji_runtime::nsenter::Args { root: cli.root.clone(), id: id.clone(), process: process.clone(), tty: *tty };
         std::process::exit(kaji_runtime::nsenter::main(args));
     }
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    // Our warnings (a failed poststart or poststop hook) show by default; libcgroups warns about
+    // every controller a host lacks, which is not worth a line per command.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,libcgroups=error"));
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let rt = backend(&cli)?;
     match &cli.command {
         Verb::Create { id, bundle, pid_file, log_path } => {

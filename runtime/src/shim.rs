@@ -19,8 +19,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::cgroups::{self, Cgroup};
+use crate::hooks::{self, chain, Point};
 use crate::logs::{LineWriter, Stream};
-use crate::state::{self, Dir, Exit, Record};
+use crate::state::{self, Dir, Exit, Record, State, Status};
 use crate::sys::{self, Forked};
 use crate::{init, namespaces, rootfs, spec};
 
@@ -45,17 +46,6 @@ struct Launched {
 }
 
 type Failure = String;
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
 
 /// Entry point of `kaji-runtime shim`. Prints one line on stdout — `ok <pid>` or `error: <why>` —
 /// then keeps running detached until the container exits.
@@ -119,6 +109,23 @@ fn null_fd() -> Result<OwnedFd, Failure> {
         .map_err(|e| format!("failed to open /dev/null: {e}"))
 }
 
+/// The init's side of the shim's sync pipes (see [`init::Parent`]).
+struct ToShim {
+    go: File,
+    rep: File,
+}
+
+impl init::Parent for ToShim {
+    fn runtime_hooks(&mut self) -> std::io::Result<()> {
+        self.rep.write_all(b"hooks\n")?;
+        let mut b = [0u8; 1];
+        self.go.read_exact(&mut b)
+    }
+    fn ready(&mut self) -> std::io::Result<()> {
+        self.rep.write_all(b"ready\n")
+    }
+}
+
 fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
     spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
@@ -127,13 +134,29 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     if !plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWNS) {
         return Err("the native backend needs a new mount namespace (namespace type mount without path)".into());
     }
-    nix::unistd::mkfifo(&dir.fifo(), nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .map_err(|e| format!("failed to create {}: {e}", dir.fifo().display()))?;
-    let start = File::options()
-        .read(true)
-        .write(true)
-        .open(dir.fifo())
-        .map_err(|e| format!("failed to open start fifo: {e}"))?;
+    let created = jiff::Timestamp::now().to_string();
+    let hooks = spec.hooks().as_ref();
+    let hook_state = State {
+        oci_version: state::OCI_VERSION.into(),
+        id: args.id.clone(),
+        status: Status::Creating,
+        pid: 0,
+        bundle: args.bundle.clone(),
+        created: created.clone(),
+        annotations: spec.annotations().clone().unwrap_or_default(),
+        exit: None,
+    };
+    let fifo = |path: &Path| -> Result<File, Failure> {
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .map_err(|e| format!("failed to create {}: {e}", path.display()))?;
+        // Read-write: opening never blocks, and a read blocks until someone writes.
+        File::options().read(true).write(true).open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))
+    };
+    let start = fifo(&dir.fifo())?;
+    let start_status = match hooks::any(hooks, &[Point::StartContainer]) {
+        true => Some(fifo(&dir.start_status())?),
+        false => None,
+    };
     File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
     let rootfs_dir = spec::rootfs_path(&spec, &args.bundle).map_err(|e| chain(&e))?;
     let lower = spec::lowerdirs(&spec);
@@ -147,15 +170,37 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let (rep_r, rep_w) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
     namespaces::join(&plan.join_before_clone).map_err(|e| chain(&e))?;
+    let cgroups_path = linux.cgroups_path().clone();
+    // v1/hybrid: the init is born in its cgroup (see cgroups::enter_self).
+    let remove_cgroup = || {
+        if let Some(p) = &cgroups_path {
+            let _ = cgroups::remove(p);
+        }
+    };
+    let joined = match cgroups_path.as_deref().map(cgroups::enter_self).transpose() {
+        Ok(j) => j.flatten(),
+        Err(e) => {
+            remove_cgroup();
+            return Err(chain(&e));
+        }
+    };
 
     let (upper, work, target) = (dir.upper(), dir.work(), dir.rootfs());
-    match sys::clone_process(plan.clone_flags).map_err(|e| format!("failed to clone container init: {e}"))? {
+    let cloned = match sys::clone_process(plan.clone_flags) {
+        Ok(c) => c,
+        Err(e) => {
+            if joined.as_ref().is_none_or(|j| j.leave().is_ok()) {
+                remove_cgroup();
+            }
+            return Err(format!("failed to clone container init: {e}"));
+        }
+    };
+    match cloned {
         Forked::Child => {
             drop((go_w, rep_r));
-            let mut go = File::from(go_r);
-            let mut rep = File::from(rep_w);
+            let mut to_shim = ToShim { go: File::from(go_r), rep: File::from(rep_w) };
             let mut b = [0u8; 1];
-            if go.read_exact(&mut b).is_err() {
+            if to_shim.go.read_exact(&mut b).is_err() {
                 std::process::exit(1);
             }
             let fd = |p: Option<(OwnedFd, OwnedFd)>| match p {
@@ -165,7 +210,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             let (stdout, stderr) = match (fd(out_pipe), fd(err_pipe)) {
                 (Ok(o), Ok(e)) => (o, e),
                 (Err(m), _) | (_, Err(m)) => {
-                    let _ = writeln!(rep, "error: {m}");
+                    let _ = writeln!(to_shim.rep, "error: {m}");
                     std::process::exit(1);
                 }
             };
@@ -173,74 +218,114 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                 Some(l) => rootfs::Source::Overlay { lower: l, upper: &upper, work: &work, target: &target },
                 None => rootfs::Source::Dir(&rootfs_dir),
             };
-            let ctx = init::Context { spec: &spec, rootfs: source, plan: &plan, stdout, stderr, start };
-            let mut rep2 = rep.try_clone().ok();
-            let err = init::run(ctx, move || match rep2.as_mut() {
-                Some(r) => r.write_all(b"ready\n"),
-                None => Ok(()),
-            });
-            let _ = writeln!(rep, "error: {}", chain(&err));
+            let ctx = init::Context {
+                spec: &spec,
+                rootfs: source,
+                plan: &plan,
+                stdout,
+                stderr,
+                start,
+                hooks,
+                hook_state,
+                start_status,
+            };
+            let err = init::run(ctx, &mut to_shim);
+            let _ = writeln!(to_shim.rep, "error: {}", chain(&err));
             std::process::exit(1);
         }
         Forked::Parent(pid) => {
-            drop((go_r, rep_w, start));
+            drop((go_r, rep_w, start, start_status));
             let stdout = out_pipe.map(|(r, _w)| r);
             let stderr = err_pipe.map(|(r, _w)| r);
-            let cgroups_path = linux.cgroups_path().clone();
             let fail = |msg: String| -> Failure {
                 let _ = kill(pid, Signal::SIGKILL);
                 let _ = waitpid(pid, None);
-                if let Some(p) = &cgroups_path {
-                    if let Ok(cg) = Cgroup::new(p) {
-                        let _ = cg.remove();
-                    }
-                }
+                remove_cgroup();
+                // A failed create continues the lifecycle at delete, which runs poststop.
+                let stopped = State { status: Status::Stopped, ..hook_state.clone() };
+                hooks::run_all_warn(hooks, Point::Poststop, &stopped, Some(&args.bundle));
                 msg
             };
+            // Born in its cgroups, the init starts its setup now, while we go back to our own
+            // cgroups and apply the limits (both done before any hook or user code runs: the
+            // init waits for us before hooks, and `start` comes after we report ready).
+            // Otherwise it waits until it has been moved in.
+            let mut go = File::from(go_w);
+            let mut init_gone = joined.is_some() && go.write_all(b"g").is_err();
+            if let Some(j) = &joined {
+                if let Err(e) = j.leave() {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    let _ = waitpid(pid, None);
+                    // Still inside: removing the cgroup would kill us too.
+                    return Err(chain(&e));
+                }
+            }
             if let Some(p) = &cgroups_path {
                 let default = Default::default();
                 let resources = linux.resources().as_ref().unwrap_or(&default);
-                if let Err(e) = Cgroup::new(p).and_then(|cg| cg.add_and_apply(pid, resources)) {
+                let applied = match joined {
+                    Some(_) => Cgroup::new(p).and_then(|cg| cg.apply(resources)),
+                    None => Cgroup::new(p).and_then(|cg| cg.add_and_apply(pid, resources)),
+                };
+                if let Err(e) = applied {
                     return Err(fail(chain(&e)));
                 }
             }
-            let mut go = File::from(go_w);
-            if go.write_all(b"g").is_err() {
+            if joined.is_none() {
+                init_gone = go.write_all(b"g").is_err();
+            }
+            if init_gone {
                 return Err(fail("container init exited before setup".into()));
             }
-            let mut line = String::new();
-            let _ = BufReader::new(File::from(rep_r)).read_line(&mut line);
-            match line.trim_end() {
-                "ready" => {}
-                "" => return Err(fail("container init exited during setup".into())),
-                other => return Err(fail(other.strip_prefix("error: ").unwrap_or(other).to_string())),
+            let mut rep = BufReader::new(File::from(rep_r));
+            loop {
+                let mut line = String::new();
+                let _ = rep.read_line(&mut line);
+                match line.trim_end() {
+                    "ready" => break,
+                    "hooks" => {
+                        let creating = State { pid: pid.as_raw(), ..hook_state.clone() };
+                        for point in [Point::Prestart, Point::CreateRuntime] {
+                            if let Err(e) = hooks::run_all(hooks, point, &creating, Some(&args.bundle)) {
+                                return Err(fail(chain(&e)));
+                            }
+                        }
+                        if go.write_all(b"g").is_err() {
+                            return Err(fail("container init exited during setup".into()));
+                        }
+                    }
+                    "" => return Err(fail("container init exited during setup".into())),
+                    other => return Err(fail(other.strip_prefix("error: ").unwrap_or(other).to_string())),
+                }
             }
-            write_record(args, dir, pid, cgroups_path.clone(), "native", &spec)?;
+            let record =
+                Record { hooks: hooks.cloned(), ..record(args, pid, created, cgroups_path.clone(), "native", &spec) };
+            state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
             Ok(Launched { pid, stdout, stderr, cgroups_path })
         }
     }
 }
 
-fn write_record(
+fn record(
     args: &Args,
-    dir: &Dir,
     pid: Pid,
+    created: String,
     cgroups_path: Option<PathBuf>,
     backend: &str,
     spec: &oci_spec::runtime::Spec,
-) -> Result<(), Failure> {
-    let record = Record {
+) -> Record {
+    Record {
         id: args.id.clone(),
         pid: pid.as_raw(),
         shim_pid: nix::unistd::getpid().as_raw(),
         bundle: args.bundle.clone(),
-        created: jiff::Timestamp::now().to_string(),
+        created,
         cgroups_path,
         log_path: args.log.clone(),
         backend: backend.to_string(),
         annotations: spec.annotations().clone().unwrap_or_default(),
-    };
-    state::write_json(&dir.record(), &record).map_err(|e| chain(&e))
+        hooks: None,
+    }
 }
 
 fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
@@ -279,7 +364,10 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| format!("{} create wrote no pid file", binary.display()))?;
     let cgroups_path = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone());
-    write_record(args, dir, Pid::from_raw(pid), cgroups_path.clone(), "runc", &spec)?;
+    // runc runs the spec's hooks itself.
+    let record =
+        record(args, Pid::from_raw(pid), jiff::Timestamp::now().to_string(), cgroups_path.clone(), "runc", &spec);
+    state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
     Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path })
 }
 

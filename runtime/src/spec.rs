@@ -41,6 +41,10 @@ pub enum Error {
     Terminal,
     #[error("cgroupsPath {0:?} must be a non-empty path below the hierarchy root")]
     CgroupPath(String),
+    #[error("{point} hook path {path} is not absolute")]
+    HookPath { point: crate::hooks::Point, path: PathBuf },
+    #[error("{point} hook {path} has timeout {timeout}: it must be greater than zero")]
+    HookTimeout { point: crate::hooks::Point, path: PathBuf, timeout: i64 },
     #[error("failed to build spec")]
     Build(#[source] oci_spec::OciSpecError),
 }
@@ -111,6 +115,30 @@ pub fn validate(spec: &Spec, bundle: &Path) -> Result<()> {
         let s = path.to_string_lossy();
         if s.trim_matches('/').is_empty() || s.contains("..") {
             return Err(Error::CgroupPath(s.into_owned()));
+        }
+    }
+    validate_hooks(spec)
+}
+
+fn validate_hooks(spec: &Spec) -> Result<()> {
+    use crate::hooks::Point;
+    let Some(hooks) = spec.hooks() else { return Ok(()) };
+    let points = [
+        Point::Prestart,
+        Point::CreateRuntime,
+        Point::CreateContainer,
+        Point::StartContainer,
+        Point::Poststart,
+        Point::Poststop,
+    ];
+    for point in points {
+        for h in crate::hooks::at(hooks, point) {
+            if !h.path().is_absolute() {
+                return Err(Error::HookPath { point, path: h.path().clone() });
+            }
+            if let Some(timeout) = h.timeout().filter(|t| *t <= 0) {
+                return Err(Error::HookTimeout { point, path: h.path().clone(), timeout });
+            }
         }
     }
     Ok(())
@@ -293,6 +321,18 @@ mod tests {
         linux.set_cgroups_path(Some(PathBuf::from("/")));
         spec.set_linux(Some(linux));
         assert!(matches!(validate(&spec, &dir), Err(Error::CgroupPath(_))));
+
+        let hook = |path: &str, timeout: i64| {
+            oci_spec::runtime::HookBuilder::default().path(path).timeout(timeout).build().expect("valid hook")
+        };
+        let (_, mut ok) = bundle_with_rootfs();
+        let hooks = |h| oci_spec::runtime::HooksBuilder::default().poststop(vec![h]).build().expect("valid hooks");
+        ok.set_hooks(Some(hooks(hook("relative/hook", 1))));
+        assert!(matches!(validate(&ok, &dir), Err(Error::HookPath { .. })));
+        ok.set_hooks(Some(hooks(hook("/bin/true", 0))));
+        assert!(matches!(validate(&ok, &dir), Err(Error::HookTimeout { timeout: 0, .. })));
+        ok.set_hooks(Some(hooks(hook("/bin/true", 3))));
+        assert!(validate(&ok, &dir).is_ok());
 
         let missing = dir.join("nope");
         assert!(matches!(validate(&spec, &missing), Err(Error::Rootfs(_))));

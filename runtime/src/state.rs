@@ -56,7 +56,31 @@ pub struct Record {
     pub backend: String,
     #[serde(default)]
     pub annotations: HashMap<String, String>,
+    /// The spec's hooks that run outside the container's own setup (poststart, poststop), kept
+    /// from create so start and delete run what was created, not a later edit of the bundle.
+    /// Only the native backend keeps them; runc runs its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<oci_spec::runtime::Hooks>,
 }
+
+impl Record {
+    /// The OCI state handed to hooks run in the runtime namespace.
+    pub fn hook_state(&self, status: Status, pid: i32) -> State {
+        State {
+            oci_version: OCI_VERSION.into(),
+            id: self.id.clone(),
+            status,
+            pid,
+            bundle: self.bundle.clone(),
+            created: self.created.clone(),
+            annotations: self.annotations.clone(),
+            exit: None,
+        }
+    }
+}
+
+/// The runtime-spec version our state JSON follows.
+pub const OCI_VERSION: &str = "1.0.2";
 
 /// How the container's process ended, written once by the shim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +133,11 @@ impl Dir {
     }
     pub fn fifo(&self) -> PathBuf {
         self.path.join("exec.fifo")
+    }
+    /// A fifo the init writes a startContainer hook failure to; `start` reads it to the end
+    /// (end of file: the init exec'd). Only exists when the spec has startContainer hooks.
+    pub fn start_status(&self) -> PathBuf {
+        self.path.join("start.status")
     }
     /// Present from create until start: distinguishes created from running.
     pub fn created_marker(&self) -> PathBuf {
