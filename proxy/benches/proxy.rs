@@ -1,11 +1,17 @@
-//! Benchmark (not a test; needs root): render + `iptables-restore` for 1,000 and 10,000
-//! services × 5 endpoints inside a throwaway network namespace, and one changed service with
-//! 10,000 present. Run: `cargo bench -p kaji-proxy --bench proxy` (`KAJI_BENCH_SERVICES=N`
-//! picks one size). Every iptables command runs under `ip netns exec`; the namespace is
-//! deleted at the end.
+//! Benchmark (not a test; needs root): both proxy modes with 1,000 and 10,000 services × 5
+//! endpoints inside a throwaway network namespace — render, first sync, full resync, no-op sync,
+//! one changed service — and the proxy's own RSS (the real binary, fed by an apiserver in this
+//! process). Run: `cargo bench -p kaji-proxy --bench proxy`. `KAJI_BENCH_SERVICES=N` picks one
+//! size, `KAJI_BENCH_MODE=iptables,nftables,rss` the parts (all by default; rss runs the
+//! nftables mode, `KAJI_BENCH_RSS_MODE=iptables` the other), `KAJI_BENCH_IPTABLES=
+//! iptables-legacy|iptables-nft` the iptables backend. Every iptables and nft command runs under
+//! `ip netns exec`; the namespaces are deleted at the end.
+
+mod rss;
 
 use kaji_proxy::iptables::Iptables;
 use kaji_proxy::model::{Endpoint, Model, ServicePort};
+use kaji_proxy::nftables::{self, Nft};
 use kaji_proxy::render::{build, Table};
 use kaji_proxy::sync::Syncer;
 use std::net::Ipv4Addr;
@@ -15,19 +21,33 @@ use std::time::{Duration, Instant};
 struct Netns(String);
 
 impl Netns {
-    fn new() -> Self {
-        let name = format!("kaji-proxybench-{:08x}", std::process::id());
+    fn new(role: &str) -> Self {
+        let name = format!("kaji-proxybench-{role}-{:08x}", std::process::id());
         let ok = Command::new("ip").args(["netns", "add", &name]).status().map(|s| s.success()).unwrap_or(false);
         assert!(ok, "ip netns add {name} failed: the bench needs root and iproute2");
+        let ok = Command::new("ip")
+            .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "cannot bring up lo in {name}");
         Self(name)
     }
 
+    fn prefix(&self) -> Vec<String> {
+        vec!["ip".into(), "netns".into(), "exec".into(), self.0.clone()]
+    }
+
     fn iptables(&self) -> Iptables {
-        let ipt = Iptables::with_prefix(vec!["ip".into(), "netns".into(), "exec".into(), self.0.clone()]);
+        let ipt = Iptables::with_prefix(self.prefix());
         match std::env::var("KAJI_BENCH_IPTABLES") {
             Ok(base) => ipt.backend(&base),
             Err(_) => ipt,
         }
+    }
+
+    fn nft(&self) -> Nft {
+        Nft::with_prefix(self.prefix())
     }
 }
 
@@ -37,34 +57,43 @@ impl Drop for Netns {
     }
 }
 
-fn model(n: usize, generation: u32) -> Model {
-    let services = (0..n)
-        .map(|i| {
-            let i = i as u32;
-            let eps = (0..5u32)
-                .map(|e| {
-                    let ip = Ipv4Addr::from(0x0af4_0000 + i * 8 + e + generation * 4);
-                    Endpoint::ready(ip, 8080, e == 0)
-                })
-                .collect();
-            ServicePort {
-                node_port: i.is_multiple_of(10).then_some(30000 + (i / 10 % 2768) as u16),
-                endpoints: eps,
-                ..ServicePort::new(
-                    &format!("ns{}", i % 50),
-                    &format!("svc-{i}"),
-                    "http",
-                    Ipv4Addr::from(0x0a60_0000 + i),
-                    80,
-                )
-            }
+fn service(i: u32, generation: u32) -> ServicePort {
+    let eps = (0..5u32)
+        .map(|e| {
+            let ip = Ipv4Addr::from(0x0af4_0000 + i * 8 + e + generation * 4);
+            Endpoint::ready(ip, 8080, e == 0)
         })
         .collect();
+    ServicePort {
+        node_port: i.is_multiple_of(10).then_some(30000 + (i / 10 % 2768) as u16),
+        endpoints: eps,
+        ..ServicePort::new(&format!("ns{}", i % 50), &format!("svc-{i}"), "http", Ipv4Addr::from(0x0a60_0000 + i), 80)
+    }
+}
+
+fn model(n: usize, generation: u32) -> Model {
+    let services = (0..n as u32).map(|i| service(i, generation)).collect();
     Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services }
+}
+
+/// The model with one endpoint of one service replaced.
+fn one_endpoint_replaced(m: &Model) -> Model {
+    let mut changed = m.clone();
+    let n = changed.services.len();
+    if let Some(sp) = changed.services.get_mut(n / 2) {
+        sp.endpoints[4] = Endpoint::ready(Ipv4Addr::new(10, 250, 0, 1), 8080, false);
+    }
+    changed
 }
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let t = Instant::now();
+    let out = f();
+    (out, t.elapsed())
 }
 
 fn vm_hwm_kb() -> u64 {
@@ -76,38 +105,23 @@ fn vm_hwm_kb() -> u64 {
         .unwrap_or(0)
 }
 
-fn bench(n: usize) {
-    let ns = Netns::new();
+fn bench_iptables(n: usize) {
+    let ns = Netns::new("ipt");
     let mut syncer = Syncer::new(ns.iptables());
     let m = model(n, 0);
 
-    let t = Instant::now();
-    let rules = build(&m);
-    let payload = rules.restore(None, &[]).map(|p| p.text).unwrap_or_default();
-    let render_time = t.elapsed();
+    let ((rules, payload), render_time) = timed(|| {
+        let rules = build(&m);
+        let payload = rules.restore(None, &[]).map(|p| p.text).unwrap_or_default();
+        (rules, payload)
+    });
     let nat_rules = rules.rule_count(Table::Nat);
-
-    let t = Instant::now();
-    let first = syncer.apply(&rules, true).expect("first full sync");
-    let first_time = t.elapsed();
-
-    let t = Instant::now();
-    syncer.sync(&m, true).expect("full resync");
-    let full_time = t.elapsed();
-
-    let t = Instant::now();
-    let noop = syncer.sync(&m, false).expect("no-op sync");
-    let noop_time = t.elapsed();
+    let (first, first_time) = timed(|| syncer.apply(&rules, true).expect("first full sync"));
+    let (_, full_time) = timed(|| syncer.sync(&m, true).expect("full resync"));
+    let (noop, noop_time) = timed(|| syncer.sync(&m, false).expect("no-op sync"));
     assert!(!noop.restored);
-
-    // One service's endpoints change (one replaced): build + diff + restore of its chains.
-    let mut changed = m.clone();
-    if let Some(sp) = changed.services.get_mut(n / 2) {
-        sp.endpoints[4] = Endpoint::ready(Ipv4Addr::new(10, 250, 0, 1), 8080, false);
-    }
-    let t = Instant::now();
-    let one = syncer.sync(&changed, false).expect("partial sync");
-    let one_time = t.elapsed();
+    let changed = one_endpoint_replaced(&m);
+    let (one, one_time) = timed(|| syncer.sync(&changed, false).expect("partial sync"));
 
     println!(
         "| {n} | {} | {:.1} MB | {} | {} | {} | {} | {} ({} chains, {} B) |",
@@ -124,6 +138,44 @@ fn bench(n: usize) {
     assert!(first.restored && one.restored && !one.full);
 }
 
+fn bench_nftables(n: usize) {
+    let ns = Netns::new("nft");
+    let mut syncer = nftables::Syncer::new(ns.nft());
+    let m = model(n, 0);
+
+    let (payload, render_time) = timed(|| nftables::render(&m));
+    let chains = payload.lines().filter(|l| l.starts_with("\tchain ")).count();
+    let rules = payload.lines().filter(|l| l.starts_with("\t\t") && !l.contains(" : ")).count();
+    drop(payload);
+    let (first, first_time) = timed(|| syncer.sync(&m, true).expect("first full sync"));
+    let (_, full_time) = timed(|| syncer.sync(&m, true).expect("full resync"));
+    let (noop, noop_time) = timed(|| syncer.sync(&m, false).expect("no-op sync"));
+    assert!(!noop.restored);
+    let changed = one_endpoint_replaced(&m);
+    let (one, one_time) = timed(|| syncer.sync(&changed, false).expect("partial sync"));
+    // A new service adds map elements: nft then loads its cache of the table (and the chain
+    // emptied above is deleted in the same transaction).
+    let mut added = changed.clone();
+    added.services.push(service(n as u32 + 1, 0));
+    let (add, add_time) = timed(|| syncer.sync(&added, false).expect("partial sync adding a service"));
+
+    println!(
+        "| {n} | {chains} chains, {rules} rules | {:.1} MB | {} | {} | {} | {} | {} ({} chains, {} B) | {} ({} chains, {} elements) |",
+        first.payload_bytes as f64 / 1e6,
+        ms(render_time),
+        ms(first_time),
+        ms(full_time),
+        ms(noop_time),
+        ms(one_time),
+        one.chains_written + one.chains_deleted,
+        one.payload_bytes,
+        ms(add_time),
+        add.chains_written + add.chains_deleted,
+        add.elements_written,
+    );
+    assert!(first.restored && one.restored && !one.full && add.restored && !add.full);
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -132,14 +184,54 @@ fn main() {
         Some(n) => vec![n],
         None => vec![1_000, 10_000],
     };
-    let base = std::env::var("KAJI_BENCH_IPTABLES").unwrap_or_else(|_| "iptables".into());
-    let version =
-        Command::new(&base).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    println!("iptables: {}", version.unwrap_or_else(|e| format!("unknown ({e})")));
-    println!("| services × 5 eps | nat rules | payload | render | first sync (full) | full resync | no-op sync | one service changed |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for n in sizes {
-        bench(n);
+    let parts = std::env::var("KAJI_BENCH_MODE").unwrap_or_else(|_| "iptables,nftables,rss".into());
+    let parts: Vec<&str> = parts.split(',').map(str::trim).collect();
+
+    if parts.contains(&"iptables") {
+        let base = std::env::var("KAJI_BENCH_IPTABLES").unwrap_or_else(|_| "iptables".into());
+        let version = Command::new(&base)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        println!("iptables mode: {}", version.unwrap_or_else(|e| format!("unknown ({e})")));
+        println!("| services × 5 eps | nat rules | payload | render | first sync (full) | full resync | no-op sync | one service changed |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for n in &sizes {
+            bench_iptables(*n);
+        }
+        println!("peak RSS of the bench process so far: {} MB\n", vm_hwm_kb() / 1024);
     }
-    println!("peak RSS of the bench process (model + rules + payload for the largest size): {} MB", vm_hwm_kb() / 1024);
+    if parts.contains(&"nftables") {
+        let version = Command::new("nft")
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        println!("nftables mode: {}", version.unwrap_or_else(|e| format!("unknown ({e})")));
+        println!("| services × 5 eps | objects | payload | render | first sync (full) | full resync | no-op sync | one service changed | one service added |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for n in &sizes {
+            bench_nftables(*n);
+        }
+        println!();
+    }
+    if parts.contains(&"rss") {
+        let mode = std::env::var("KAJI_BENCH_RSS_MODE").unwrap_or_else(|_| "nftables".into());
+        println!("kaji-proxy --proxy-mode {mode} against an apiserver holding N Services + N EndpointSlices (RSS after 20 endpoint changes):");
+        println!("| services × 5 eps | create objects | first sync (proxy's log) | one endpoint changed (log) | proxy RSS (anon + file) | proxy peak RSS |");
+        println!("|---|---|---|---|---|---|");
+        for n in &sizes {
+            let ns = Netns::new("rss");
+            let r = rss::measure(&ns.0, *n, &mode);
+            println!(
+                "| {n} | {:.1} s | {} | {} | {:.1} MB ({:.1} + {:.1}) | {:.1} MB |",
+                r.create.as_secs_f64(),
+                ms(r.first_sync),
+                ms(r.partial_sync),
+                r.rss_kb as f64 / 1024.0,
+                r.anon_kb as f64 / 1024.0,
+                r.file_kb as f64 / 1024.0,
+                r.hwm_kb as f64 / 1024.0
+            );
+        }
+    }
 }

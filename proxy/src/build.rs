@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -19,83 +20,66 @@ pub struct NodeContext {
     pub masquerade_all: bool,
 }
 
-/// One endpoint port, keyed for matching against service ports.
-struct SlicePort {
-    name: String,
-    protocol: Protocol,
-    port: u16,
+/// A Service reduced to what the model needs (the controller keeps these, not whole objects).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub cluster_ip: Ipv4Addr,
+    pub ports: Vec<PortInfo>,
+    pub external_ips: Vec<Ipv4Addr>,
+    pub affinity_timeout: Option<u32>,
+    pub external_local: bool,
+    pub internal_local: bool,
+    /// Parts skipped while reducing, one line each.
+    pub warnings: Vec<String>,
 }
 
-/// Builds the model. Returns the warnings (one line each, naming the object) alongside.
-pub fn build_model<'a>(
-    services: impl IntoIterator<Item = &'a Service>,
-    slices: impl IntoIterator<Item = &'a EndpointSlice>,
-    ctx: &NodeContext,
-) -> (Model, Vec<String>) {
-    let mut warnings = Vec::new();
-    // (namespace, service) -> (port name, protocol) -> endpoints
-    type Eps = HashMap<(String, Protocol), Vec<Endpoint>>;
-    let mut by_service: HashMap<(String, String), Eps> = HashMap::new();
-    for slice in slices {
-        let ns = slice.metadata.namespace.clone().unwrap_or_default();
-        let slice_name = slice.metadata.name.as_deref().unwrap_or_default();
-        let Some(svc) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
-            continue;
-        };
-        if slice.address_type != "IPv4" {
-            continue;
-        }
-        let mut ports = Vec::new();
-        for p in slice.ports.iter().flatten() {
-            let name = p.name.clone().unwrap_or_default();
-            let (Some(protocol), Some(port)) =
-                (Protocol::parse(p.protocol.as_deref()), p.port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n > 0))
-            else {
-                warnings.push(format!("endpointslice {ns}/{slice_name}: port {name:?} has no valid port or protocol"));
-                continue;
-            };
-            ports.push(SlicePort { name, protocol, port });
-        }
-        let entry = by_service.entry((ns.clone(), svc.clone())).or_default();
-        for ep in &slice.endpoints {
-            let Some(addr) = ep.addresses.first() else { continue };
-            let Ok(ip) = addr.parse::<Ipv4Addr>() else {
-                warnings.push(format!("endpointslice {ns}/{slice_name}: address {addr:?} is not an IPv4 address"));
-                continue;
-            };
-            let cond = ep.conditions.as_ref();
-            let ready = cond.and_then(|c| c.ready).unwrap_or(true);
-            let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
-            let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
-            let local = !ctx.node_name.is_empty() && ep.node_name.as_deref() == Some(ctx.node_name.as_str());
-            for p in &ports {
-                entry.entry((p.name.clone(), p.protocol)).or_default().push(Endpoint {
-                    ip,
-                    port: p.port,
-                    ready,
-                    serving,
-                    terminating,
-                    local,
-                });
-            }
-        }
-    }
+/// One valid port of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    pub name: Arc<str>,
+    pub protocol: Protocol,
+    pub port: u16,
+    /// Set only for NodePort and LoadBalancer services.
+    pub node_port: Option<u16>,
+}
 
-    let mut out = Vec::new();
-    for svc in services {
+/// An EndpointSlice reduced to what the model needs, for one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceInfo {
+    pub namespace: String,
+    /// The Service it belongs to (its `kubernetes.io/service-name` label).
+    pub service: String,
+    pub ports: Vec<SlicePort>,
+    /// Each address with its conditions; `port` is filled in per slice port.
+    pub endpoints: Vec<Endpoint>,
+    pub warnings: Vec<String>,
+}
+
+/// One valid endpoint port, keyed for matching against service ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlicePort {
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+impl ServiceInfo {
+    /// `None` for services the proxy does not program: headless, ExternalName, IPv6, no spec.
+    pub fn from_service(svc: &Service) -> Option<Self> {
         let ns = svc.metadata.namespace.clone().unwrap_or_default();
         let name = svc.metadata.name.clone().unwrap_or_default();
-        let Some(spec) = &svc.spec else { continue };
+        let spec = svc.spec.as_ref()?;
         if spec.type_.as_deref() == Some("ExternalName") {
-            continue;
+            return None;
         }
         let cluster_ip = match spec.cluster_ip.as_deref() {
-            None | Some("") | Some("None") => continue,
-            Some(ip) => match ip.parse::<Ipv4Addr>() {
-                Ok(ip) => ip,
-                Err(_) => continue, // IPv6 services are for an ip6tables mode
-            },
+            None | Some("") | Some("None") => return None,
+            // IPv6 services are for an ip6tables/ip6 mode.
+            Some(ip) => ip.parse::<Ipv4Addr>().ok()?,
         };
+        let mut warnings = Vec::new();
         let mut external_ips = Vec::new();
         for ip in spec.external_ips.iter().flatten() {
             match ip.parse::<Ipv4Addr>() {
@@ -112,38 +96,159 @@ pub fn build_model<'a>(
                 .unwrap_or(10800)
         });
         let node_ports = matches!(spec.type_.as_deref(), Some("NodePort") | Some("LoadBalancer"));
-        let endpoints = by_service.get(&(ns.clone(), name.clone()));
+        let mut ports = Vec::new();
         for p in spec.ports.iter().flatten() {
             let port_name = p.name.clone().unwrap_or_default();
             let (Some(protocol), Ok(port)) = (Protocol::parse(p.protocol.as_deref()), u16::try_from(p.port)) else {
                 warnings.push(format!("service {ns}/{name}: port {port_name:?} has an invalid port or protocol"));
                 continue;
             };
-            let mut eps = endpoints.and_then(|m| m.get(&(port_name.clone(), protocol))).cloned().unwrap_or_default();
-            if eps.is_empty() && endpoints.is_some_and(|m| !m.is_empty()) {
+            let node_port =
+                if node_ports { p.node_port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n > 0) } else { None };
+            ports.push(PortInfo { name: port_name.into(), protocol, port, node_port });
+        }
+        ports.shrink_to_fit();
+        external_ips.shrink_to_fit();
+        Some(Self {
+            external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
+            internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
+            namespace: ns.into(),
+            name: name.into(),
+            cluster_ip,
+            ports,
+            external_ips,
+            affinity_timeout,
+            warnings,
+        })
+    }
+}
+
+impl SliceInfo {
+    /// `None` for slices of no Service and non-IPv4 slices. `node_name` decides which endpoints
+    /// are local.
+    pub fn from_slice(slice: &EndpointSlice, node_name: &str) -> Option<Self> {
+        let ns = slice.metadata.namespace.clone().unwrap_or_default();
+        let slice_name = slice.metadata.name.as_deref().unwrap_or_default();
+        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL))?.clone();
+        if slice.address_type != "IPv4" {
+            return None;
+        }
+        let mut warnings = Vec::new();
+        let mut ports = Vec::new();
+        for p in slice.ports.iter().flatten() {
+            let name = p.name.clone().unwrap_or_default();
+            let (Some(protocol), Some(port)) =
+                (Protocol::parse(p.protocol.as_deref()), p.port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n > 0))
+            else {
+                warnings.push(format!("endpointslice {ns}/{slice_name}: port {name:?} has no valid port or protocol"));
+                continue;
+            };
+            ports.push(SlicePort { name, protocol, port });
+        }
+        let mut endpoints = Vec::new();
+        for ep in &slice.endpoints {
+            let Some(addr) = ep.addresses.first() else { continue };
+            let Ok(ip) = addr.parse::<Ipv4Addr>() else {
+                warnings.push(format!("endpointslice {ns}/{slice_name}: address {addr:?} is not an IPv4 address"));
+                continue;
+            };
+            let cond = ep.conditions.as_ref();
+            let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+            endpoints.push(Endpoint {
+                ip,
+                port: 0,
+                ready,
+                serving: cond.and_then(|c| c.serving).unwrap_or(ready),
+                terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
+                local: !node_name.is_empty() && ep.node_name.as_deref() == Some(node_name),
+            });
+        }
+        ports.shrink_to_fit();
+        endpoints.shrink_to_fit();
+        Some(Self { namespace: ns, service, ports, endpoints, warnings })
+    }
+}
+
+/// Builds the model from the API objects. Returns the warnings (one line each, naming the
+/// object) alongside.
+pub fn build_model<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    ctx: &NodeContext,
+) -> (Model, Vec<String>) {
+    let services: Vec<ServiceInfo> = services.into_iter().filter_map(ServiceInfo::from_service).collect();
+    let slices: Vec<SliceInfo> = slices.into_iter().filter_map(|s| SliceInfo::from_slice(s, &ctx.node_name)).collect();
+    assemble(&services, &slices, ctx)
+}
+
+/// Builds the model from reduced services and slices.
+pub fn assemble<'a>(
+    services: impl IntoIterator<Item = &'a ServiceInfo>,
+    slices: impl IntoIterator<Item = &'a SliceInfo>,
+    ctx: &NodeContext,
+) -> (Model, Vec<String>) {
+    let mut warnings = Vec::new();
+    // (namespace, service) -> [(port name, protocol, endpoints)]: a service has a few ports.
+    type Eps<'s> = Vec<(&'s str, Protocol, Vec<Endpoint>)>;
+    let mut by_service: HashMap<(&str, &str), Eps<'_>> = HashMap::new();
+    for slice in slices {
+        warnings.extend(slice.warnings.iter().cloned());
+        let entry = by_service.entry((&slice.namespace, &slice.service)).or_default();
+        for p in &slice.ports {
+            let i = match entry.iter().position(|(name, proto, _)| *name == p.name && *proto == p.protocol) {
+                Some(i) => i,
+                None => {
+                    entry.push((&p.name, p.protocol, Vec::with_capacity(slice.endpoints.len())));
+                    entry.len() - 1
+                }
+            };
+            entry[i].2.extend(slice.endpoints.iter().map(|ep| Endpoint { port: p.port, ..ep.clone() }));
+        }
+    }
+
+    let mut out = Vec::new();
+    for svc in services {
+        warnings.extend(svc.warnings.iter().cloned());
+        let (ns, name) = (&svc.namespace, &svc.name);
+        let mut endpoints = by_service.remove(&(&**ns, &**name));
+        let has_slices = endpoints.as_ref().is_some_and(|e| !e.is_empty());
+        for p in &svc.ports {
+            let found =
+                endpoints.as_mut().and_then(|e| e.iter_mut().find(|(n, pr, _)| *n == &*p.name && *pr == p.protocol));
+            let mut eps = match found {
+                Some((_, _, eps)) if !eps.is_empty() => std::mem::take(eps),
+                // Taken by a duplicate of this port just before (dropped below), or none.
+                Some(_) => out
+                    .iter()
+                    .rev()
+                    .take_while(|o: &&ServicePort| o.namespace == *ns && o.name == *name)
+                    .find(|o| o.port_name == p.name && o.protocol == p.protocol)
+                    .map(|o| o.endpoints.clone())
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            if eps.is_empty() && has_slices {
                 warnings.push(format!(
-                    "service {ns}/{name}: no endpoint port matches port {port_name:?}/{protocol}; rejecting its traffic"
+                    "service {ns}/{name}: no endpoint port matches port {:?}/{}; rejecting its traffic",
+                    p.name, p.protocol
                 ));
             }
             // Several slices may list the same endpoint: keep the first, in a stable order.
             eps.sort_by_key(|e| (e.ip, e.port));
             eps.dedup_by_key(|e| (e.ip, e.port));
+            eps.shrink_to_fit();
             out.push(ServicePort {
                 namespace: ns.clone(),
                 name: name.clone(),
-                port_name,
-                protocol,
-                cluster_ip,
-                port,
-                node_port: if node_ports {
-                    p.node_port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n > 0)
-                } else {
-                    None
-                },
-                external_ips: external_ips.clone(),
-                affinity_timeout,
-                external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
-                internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
+                port_name: p.name.clone(),
+                protocol: p.protocol,
+                cluster_ip: svc.cluster_ip,
+                port: p.port,
+                node_port: p.node_port,
+                external_ips: svc.external_ips.clone(),
+                affinity_timeout: svc.affinity_timeout,
+                external_local: svc.external_local,
+                internal_local: svc.internal_local,
                 endpoints: eps,
             });
         }
@@ -195,7 +300,7 @@ mod tests {
         let (m, warnings) = build_model([&s], [&es], &ctx());
         assert_eq!(m.services.len(), 2);
         let http = &m.services[0];
-        assert_eq!((http.port_name.as_str(), http.node_port), ("http", Some(30080)));
+        assert_eq!((&*http.port_name, http.node_port), ("http", Some(30080)));
         assert_eq!(http.endpoints.len(), 2);
         assert_eq!(http.endpoints[0].ip, Ipv4Addr::new(10, 244, 0, 11), "sorted by address");
         assert!(!http.endpoints[0].ready && !http.endpoints[0].local);
@@ -226,6 +331,20 @@ mod tests {
         assert_eq!(sp.affinity_timeout, Some(10800));
         assert_eq!(sp.endpoints, vec![Endpoint::ready(Ipv4Addr::new(10, 0, 0, 9), 80, false)]);
         assert_eq!(warnings.len(), 3, "{warnings:?}");
+    }
+
+    #[test]
+    fn a_duplicate_port_is_dropped_with_one_warning() {
+        let s = svc(json!({"metadata": {"namespace": "ns", "name": "web"}, "spec": {"clusterIP": "10.96.0.10",
+            "ports": [{"name": "http", "port": 80}, {"name": "http", "port": 8080}]}}));
+        let es = slice(json!({"metadata": {"namespace": "ns", "name": "web-1",
+            "labels": {"kubernetes.io/service-name": "web"}}, "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080}], "endpoints": [{"addresses": ["10.0.0.1"]}]}));
+        let (m, warnings) = build_model([&s], [&es], &ctx());
+        assert_eq!(m.services.len(), 1);
+        assert_eq!(m.services[0].endpoints.len(), 1);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("duplicate port"), "{warnings:?}");
     }
 
     #[test]

@@ -1,18 +1,17 @@
 //! The proxy loop. Desired: the rules for every Service and its ready endpoints. Observed: what
-//! the last successful restore installed. Reflectors on Services and EndpointSlices only mark
-//! the rules dirty; one loop builds the model, renders and syncs — coalesced to
-//! `min_sync_period`, a full rewrite every `sync_period`, with back-off after a failure.
+//! the last successful sync installed. Watchers on Services and EndpointSlices keep them reduced
+//! (`cache`) and only mark the rules dirty; one loop builds the model, renders and syncs —
+//! coalesced to `min_sync_period`, a full rewrite every `sync_period`, with back-off after a
+//! failure.
 
-use crate::build::{build_model, NodeContext};
+use crate::backend::{Backend, Syncer};
+use crate::build::{assemble, NodeContext, ServiceInfo, SliceInfo};
+use crate::cache::Cache;
 use crate::metrics::Metrics;
-use crate::sync::Syncer;
 use crate::Config;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -46,38 +45,21 @@ impl Shared {
     }
 }
 
-/// Follows one resource into a store; every event marks the rules dirty.
-fn follow<K>(api: Api<K>, dirty: Arc<Notify>, stop: watch::Receiver<bool>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
-    let mut stop = stop;
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
-                ev = stream.next() => match ev {
-                    None => return,
-                    Some(Err(e)) => tracing::warn!(error = %e, kind = K::kind(&()).as_ref(), "watch failed; retrying"),
-                    Some(Ok(_)) => dirty.notify_one(),
-                },
-            }
-        }
-    });
-    store
-}
-
 /// Runs until `stop` turns true.
 pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let dirty = Arc::new(Notify::new());
-    let services = follow(Api::<Service>::all(client.clone()), dirty.clone(), stop.clone());
-    let slices = follow(Api::<EndpointSlice>::all(client), dirty.clone(), stop.clone());
+    let node = config.node_name.clone();
+    let services =
+        Cache::follow(Api::<Service>::all(client.clone()), ServiceInfo::from_service, dirty.clone(), stop.clone());
+    let slices = Cache::follow(
+        Api::<EndpointSlice>::all(client),
+        move |s: &EndpointSlice| SliceInfo::from_slice(s, &node),
+        dirty.clone(),
+        stop.clone(),
+    );
     tokio::select! {
         _ = stop.wait_for(|s| *s) => return,
-        _ = async { let _ = services.wait_until_ready().await; let _ = slices.wait_until_ready().await; } => {}
+        _ = async { services.wait_until_ready().await; slices.wait_until_ready().await; } => {}
     }
     tracing::info!(services = services.len(), endpointslices = slices.len(), "caches synced; programming rules");
     let ctx = NodeContext {
@@ -85,7 +67,8 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
         cluster_cidr: config.cluster_cidr.clone(),
         masquerade_all: config.masquerade_all,
     };
-    let mut syncer = Some(Syncer::new(config.iptables.clone()));
+    let mut syncer = Some(Syncer::new(&config.backend));
+    let mode = config.backend.mode();
     let mut warned: HashSet<String> = HashSet::new();
     let mut is_dirty = true;
     let mut next_full = tokio::time::Instant::now();
@@ -112,22 +95,27 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
         last_attempt = Some(now);
         let full = now >= next_full;
         let (svcs, eps) = (services.state(), slices.state());
-        let (model, warnings) = build_model(svcs.iter().map(|s| s.as_ref()), eps.iter().map(|e| e.as_ref()), &ctx);
-        for w in warnings.iter().filter(|w| !warned.contains(*w)) {
-            tracing::warn!(problem = %w, "skipping bad input");
-        }
-        warned = warnings.into_iter().collect();
-
         let Some(mut s) = syncer.take() else { return };
-        let span = tracing::info_span!("sync_rules", services = model.services.len(), full);
+        let span = tracing::info_span!("sync_rules", services = svcs.len(), full, mode);
         let started = Instant::now();
-        let (s, result) = tokio::task::spawn_blocking(move || {
-            let r = s.sync(&model, full);
-            (s, r)
+        let ctx = ctx.clone();
+        // The model is built beside the sync, on the blocking thread: its per-sync garbage then
+        // stays out of the memory the caches live in.
+        let (s, warnings, result) = tokio::task::spawn_blocking(move || {
+            let (model, warnings) = assemble(svcs.iter().map(|s| s.as_ref()), eps.iter().map(|e| e.as_ref()), &ctx);
+            drop((svcs, eps));
+            let r = s.sync(model, full);
+            // The previous model and this sync's garbage are free now: give the pages back.
+            crate::malloc::trim();
+            (s, warnings, r)
         })
         .instrument(span.clone())
         .await
         .unwrap_or_else(|e| panic!("sync task panicked: {e}"));
+        for w in warnings.iter().filter(|w| !warned.contains(*w)) {
+            tracing::warn!(problem = %w, "skipping bad input");
+        }
+        warned = warnings.into_iter().collect();
         syncer = Some(s);
         let took = started.elapsed().as_secs_f64();
         let _enter = span.enter();
@@ -141,14 +129,17 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
                 } else {
                     shared.metrics.partial_sync_duration.observe(took);
                 }
-                shared.metrics.set_rules("nat", outcome.nat_rules);
-                shared.metrics.set_rules("filter", outcome.filter_rules);
+                if let Backend::Iptables(_) = config.backend {
+                    shared.metrics.set_rules("nat", outcome.nat_rules);
+                    shared.metrics.set_rules("filter", outcome.filter_rules);
+                }
                 shared.synced_now();
                 if outcome.restored {
                     tracing::info!(
                         took_ms = (took * 1000.0) as u64,
                         chains_written = outcome.chains_written,
                         chains_deleted = outcome.chains_deleted,
+                        elements_written = outcome.elements_written,
                         bytes = outcome.payload_bytes,
                         "rules synced"
                     );
@@ -157,7 +148,10 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
                 }
             }
             Err(e) => {
-                shared.metrics.restore_failures.inc();
+                match config.backend {
+                    Backend::Iptables(_) => shared.metrics.restore_failures.inc(),
+                    Backend::Nftables(_) => shared.metrics.nftables_sync_failures.inc(),
+                };
                 backoff = (backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
                 is_dirty = true;
                 tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "sync failed; previous rules stay in place");

@@ -204,12 +204,17 @@ impl Iptables {
 
     /// Removes every kaji jump rule and chain. Returns how many chains it deleted.
     pub fn cleanup(&self) -> Result<usize> {
+        let chains = self.own_chains()?;
         for j in JUMPS {
+            // `iptables -C` fails outright when the target chain does not exist: no jump then.
+            let target = j.args.last().copied().unwrap_or_default();
+            if !chains.iter().any(|(t, n)| *t == j.table && n == target) {
+                continue;
+            }
             while self.has_jump(j)? {
                 self.change_jump(j, "-D")?;
             }
         }
-        let chains = self.own_chains()?;
         let mut payload = String::new();
         for table in Table::ALL {
             let names: Vec<&str> = chains.iter().filter(|(t, _)| *t == table).map(|(_, n)| n.as_str()).collect();

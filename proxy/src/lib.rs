@@ -1,13 +1,18 @@
-//! kaji-proxy: Service load balancing on each node with iptables, in kube-proxy's layout —
-//! a pure `render` of the whole ruleset, applied atomically with one `iptables-restore`.
+//! kaji-proxy: Service load balancing on each node, in kube-proxy's layouts — iptables (a pure
+//! `render` of the whole ruleset, applied atomically with one `iptables-restore`) or nftables
+//! (one table of our own, applied with one `nft -f` transaction).
 
+pub mod backend;
 pub mod build;
+pub mod cache;
 pub mod controller;
 pub mod http;
 pub mod iptables;
+pub mod malloc;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod nftables;
 pub mod render;
 pub mod sync;
 
@@ -45,7 +50,8 @@ pub struct Config {
     pub min_sync_period: Duration,
     /// A full rewrite at least this often.
     pub sync_period: Duration,
-    pub iptables: iptables::Iptables,
+    /// iptables (the default) or nftables, and how to run its tools.
+    pub backend: backend::Backend,
     /// Where to serve /healthz and /metrics (port 0 picks one); `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
 }
@@ -58,7 +64,7 @@ impl Default for Config {
             masquerade_all: false,
             min_sync_period: Duration::from_secs(1),
             sync_period: Duration::from_secs(30),
-            iptables: iptables::Iptables::host(),
+            backend: backend::Backend::default(),
             metrics_addr: None,
         }
     }

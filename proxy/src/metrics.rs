@@ -23,6 +23,8 @@ pub struct Metrics {
     pub last_sync_timestamp: Gauge<f64, AtomicU64>,
     pub rules: Family<TableLabels, Gauge>,
     pub restore_failures: Counter,
+    /// Failed `nft -f` transactions (nftables mode).
+    pub nftables_sync_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -42,6 +44,7 @@ impl Metrics {
         let last_sync_timestamp = Gauge::<f64, AtomicU64>::default();
         let rules = Family::<TableLabels, Gauge>::default();
         let restore_failures = Counter::default();
+        let nftables_sync_failures = Counter::default();
         registry.register(
             "kubeproxy_sync_proxy_rules_duration_seconds",
             "SyncProxyRules latency in seconds",
@@ -72,6 +75,11 @@ impl Metrics {
             "Cumulative proxy iptables restore failures",
             restore_failures.clone(),
         );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+            "Cumulative proxy nftables sync failures",
+            nftables_sync_failures.clone(),
+        );
         Self {
             registry,
             sync_duration,
@@ -80,6 +88,7 @@ impl Metrics {
             last_sync_timestamp,
             rules,
             restore_failures,
+            nftables_sync_failures,
         }
     }
 
@@ -107,11 +116,13 @@ mod tests {
         m.sync_duration.observe(0.02);
         m.set_rules("nat", 42);
         m.restore_failures.inc();
+        m.nftables_sync_failures.inc();
         m.last_sync_timestamp.set(1.5e9);
         let text = m.render();
         assert!(text.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 1"), "{text}");
         assert!(text.contains(r#"kubeproxy_sync_proxy_rules_iptables_total{table="nat"} 42"#), "{text}");
         assert!(text.contains("kubeproxy_sync_proxy_rules_iptables_restore_failures_total 1"), "{text}");
+        assert!(text.contains("kubeproxy_sync_proxy_rules_nftables_sync_failures_total 1"), "{text}");
         assert!(text.contains("kubeproxy_sync_proxy_rules_last_timestamp_seconds 1500000000"), "{text}");
     }
 }

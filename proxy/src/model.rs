@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
@@ -64,10 +65,12 @@ impl Endpoint {
 /// One port of one Service: the unit kube-proxy gives a `KUBE-SVC-` chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServicePort {
-    pub namespace: String,
-    pub name: String,
+    /// Names are shared with the controller's cache: a model of 10,000 service ports is rebuilt
+    /// on every sync without copying them.
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
     /// The port's name; empty for a single unnamed port.
-    pub port_name: String,
+    pub port_name: Arc<str>,
     pub protocol: Protocol,
     pub cluster_ip: Ipv4Addr,
     pub port: u16,
@@ -115,6 +118,67 @@ impl ServicePort {
     pub fn externally_accessible(&self) -> bool {
         self.node_port.is_some() || !self.external_ips.is_empty()
     }
+
+    /// Which endpoints each traffic policy may use (kube-proxy's CategorizeEndpoints); both
+    /// proxy modes render from this.
+    pub fn policy(&self) -> Policy<'_> {
+        let external = self.externally_accessible();
+        // Cluster endpoints are needed for external traffic even under external Local: pod
+        // and node-local clients are short-circuited to them.
+        let uses_cluster = !self.internal_local || external;
+        let uses_local = self.internal_local || (self.external_local && external);
+        let cluster = if uses_cluster { usable(self.endpoints.iter()) } else { Vec::new() };
+        let local = if uses_local { usable(self.endpoints.iter().filter(|e| e.local)) } else { Vec::new() };
+        let has_any = !usable(self.endpoints.iter()).is_empty();
+        Policy {
+            has_internal: if self.internal_local { !local.is_empty() } else { !cluster.is_empty() },
+            has_external: if self.external_local { !local.is_empty() } else { !cluster.is_empty() },
+            uses_external_chain: has_any && external,
+            has_any,
+            cluster,
+            local,
+        }
+    }
+}
+
+/// A service port's endpoints sorted by traffic policy, and what that leaves reachable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy<'a> {
+    /// Endpoints for `Cluster` policy (empty when no policy uses them).
+    pub cluster: Vec<&'a Endpoint>,
+    /// This node's endpoints, for `Local` policies (empty when no policy uses them).
+    pub local: Vec<&'a Endpoint>,
+    /// Usable endpoints anywhere in the cluster: without them traffic is rejected.
+    pub has_any: bool,
+    /// ClusterIP traffic has somewhere to go (its policy's endpoints are not empty).
+    pub has_internal: bool,
+    /// NodePort and external IP traffic has somewhere to go.
+    pub has_external: bool,
+    /// External traffic enters through the service's external chain (`KUBE-EXT-`/`external-`).
+    pub uses_external_chain: bool,
+}
+
+impl Policy<'_> {
+    /// Every endpoint either policy uses, each once, cluster ones first.
+    pub fn reachable(&self) -> Vec<&Endpoint> {
+        let mut all: Vec<&Endpoint> = self.cluster.clone();
+        for e in &self.local {
+            if !all.iter().any(|a| (a.ip, a.port) == (e.ip, e.port)) {
+                all.push(e);
+            }
+        }
+        all
+    }
+}
+
+/// Ready endpoints; if there are none, the serving-but-terminating ones (so connections drain
+/// to pods that are shutting down rather than fail), as kube-proxy does.
+fn usable<'e>(eps: impl Iterator<Item = &'e Endpoint> + Clone) -> Vec<&'e Endpoint> {
+    let ready: Vec<&Endpoint> = eps.clone().filter(|e| e.ready).collect();
+    if !ready.is_empty() {
+        return ready;
+    }
+    eps.filter(|e| e.serving && e.terminating).collect()
 }
 
 /// Everything one sync programs.

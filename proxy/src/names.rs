@@ -1,18 +1,26 @@
-//! Chain names: kube-proxy's stable hashes (sha256, base32, first 16 characters).
+//! Chain names: kube-proxy's stable hashes (sha256, base32) — 16 characters for the iptables
+//! mode's `KUBE-SVC-<hash>`, 8 plus the readable service port for the nftables mode's
+//! `service-<hash>-<ns>/<name>/<proto>/<port>`.
 
+use crate::model::{Endpoint, ServicePort};
 use sha2::{Digest, Sha256};
 
 const BASE32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
-/// The first 16 characters of the standard (RFC 4648) base32 encoding of sha256(`input`):
-/// 16 characters carry 80 bits, so only the first 10 bytes of the digest matter.
-pub fn hash16(input: &str) -> String {
+/// The first `n` (at most 16) characters of the standard (RFC 4648) base32 encoding of
+/// sha256(`input`): 16 characters carry 80 bits, so only the first 10 bytes matter.
+fn base32_sha256(input: &str, n: u32) -> String {
     let digest = Sha256::digest(input.as_bytes());
     let mut bits: u128 = 0;
     for byte in &digest[..10] {
         bits = (bits << 8) | u128::from(*byte);
     }
-    (0..16).rev().map(|i| char::from(BASE32[((bits >> (i * 5)) & 0x1f) as usize])).collect()
+    (16 - n..16).rev().map(|i| char::from(BASE32[((bits >> (i * 5)) & 0x1f) as usize])).collect()
+}
+
+/// The first 16 characters of base32(sha256(`input`)), as kube-proxy's iptables mode uses.
+pub fn hash16(input: &str) -> String {
+    base32_sha256(input, 16)
 }
 
 /// `KUBE-SVC-<hash>` for a service port: hash of "namespace/name:port" + lowercase protocol.
@@ -33,6 +41,26 @@ pub fn external_chain(port_name: &str, protocol: &str) -> String {
 /// `KUBE-SEP-<hash>` for one endpoint ("ip:port") of a service port.
 pub fn endpoint_chain(port_name: &str, protocol: &str, endpoint: &str) -> String {
     format!("KUBE-SEP-{}", hash16(&format!("{port_name}{protocol}{endpoint}")))
+}
+
+/// The nftables mode's name for a service port, after the chain prefix: "<hash>-ns/name/proto/port",
+/// the hash (8 characters) taken of the rest, as kube-proxy's nftables mode names it. Namespace,
+/// service and port names never contain '/', so the name reads back unambiguously.
+pub fn nft_service(sp: &ServicePort) -> String {
+    hashed(format!("{}/{}/{}/{}", sp.namespace, sp.name, sp.protocol, sp.port_name))
+}
+
+/// The nftables mode's name for one endpoint of a service port, after the chain or set prefix:
+/// "<hash>-ns/name/proto/port__ip/port".
+pub fn nft_endpoint(sp: &ServicePort, ep: &Endpoint) -> String {
+    hashed(format!("{}/{}/{}/{}__{}/{}", sp.namespace, sp.name, sp.protocol, sp.port_name, ep.ip, ep.port))
+}
+
+fn hashed(name: String) -> String {
+    let mut out = base32_sha256(&name, 8);
+    out.push('-');
+    out.push_str(&name);
+    out
 }
 
 #[cfg(test)]
@@ -65,5 +93,14 @@ mod tests {
         );
         assert!(a.len() <= 28, "{a}");
         assert_ne!(service_chain("ns/a:p", "tcp"), service_chain("ns/a:p", "udp"));
+    }
+
+    // As kube-proxy's nftables mode names them (its tests' "ns1/svc1" port "p80").
+    #[test]
+    fn nftables_names_match_kube_proxy() {
+        let sp = ServicePort::new("ns1", "svc1", "p80", "172.30.0.41".parse().expect("ip"), 80);
+        assert_eq!(nft_service(&sp), "ULMVA6XW-ns1/svc1/tcp/p80");
+        let ep = Endpoint::ready("10.180.0.1".parse().expect("ip"), 80, false);
+        assert_eq!(nft_endpoint(&sp, &ep), "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80");
     }
 }

@@ -235,16 +235,6 @@ struct Builder<'a> {
     per_service: Vec<Chain>,
 }
 
-/// Ready endpoints; if there are none, the serving-but-terminating ones (so connections drain
-/// to pods that are shutting down rather than fail), as kube-proxy does.
-fn usable<'e>(eps: impl Iterator<Item = &'e Endpoint> + Clone) -> Vec<&'e Endpoint> {
-    let ready: Vec<&Endpoint> = eps.clone().filter(|e| e.ready).collect();
-    if !ready.is_empty() {
-        return ready;
-    }
-    eps.filter(|e| e.serving && e.terminating).collect()
-}
-
 impl Builder<'_> {
     fn service(&mut self, sp: &ServicePort) {
         let id = sp.id();
@@ -252,21 +242,12 @@ impl Builder<'_> {
         let svc = names::service_chain(&id, proto);
         let svl = names::local_chain(&id, proto);
         let ext = names::external_chain(&id, proto);
-        let external = sp.externally_accessible();
-
-        // Which endpoints each policy may use (kube-proxy's CategorizeEndpoints). Cluster
-        // endpoints are needed for external traffic even under external Local: pod and
-        // node-local clients are short-circuited to them.
-        let uses_cluster = !sp.internal_local || external;
-        let uses_local = sp.internal_local || (sp.external_local && external);
-        let cluster_eps = if uses_cluster { usable(sp.endpoints.iter()) } else { Vec::new() };
-        let local_eps = if uses_local { usable(sp.endpoints.iter().filter(|e| e.local)) } else { Vec::new() };
-        let has_any = !usable(sp.endpoints.iter()).is_empty();
-        let has_internal = if sp.internal_local { !local_eps.is_empty() } else { !cluster_eps.is_empty() };
-        let has_external = if sp.external_local { !local_eps.is_empty() } else { !cluster_eps.is_empty() };
+        let policy = sp.policy();
+        let (cluster_eps, local_eps) = (&policy.cluster, &policy.local);
+        let (has_any, has_internal, has_external) = (policy.has_any, policy.has_internal, policy.has_external);
         let internal_chain = if sp.internal_local { &svl } else { &svc };
         let external_policy_chain = if sp.external_local { &svl } else { &svc };
-        let uses_ext_chain = has_any && external;
+        let uses_ext_chain = policy.uses_external_chain;
         let m = format!("-m {proto} -p {proto}");
 
         // ClusterIP: to the internal policy chain, or reject/drop in filter.
@@ -345,30 +326,26 @@ impl Builder<'_> {
                 c.add(format_args!("-m comment --comment \"{id} cluster IP\" {dst} ! -s {cidr} -j KUBE-MARK-MASQ"));
             }
         };
-        if uses_cluster && !cluster_eps.is_empty() {
+        if !cluster_eps.is_empty() {
             let mut c = Chain::new(svc.clone());
             if !sp.internal_local {
                 masq(&mut c);
             }
-            select_endpoint(&mut c, sp, &id, &cluster_eps);
+            select_endpoint(&mut c, sp, &id, cluster_eps);
             self.per_service.push(c);
         }
-        if uses_local && !local_eps.is_empty() {
+        if !local_eps.is_empty() {
             let mut c = Chain::new(svl.clone());
             if sp.internal_local {
                 masq(&mut c);
             }
-            select_endpoint(&mut c, sp, &id, &local_eps);
+            select_endpoint(&mut c, sp, &id, local_eps);
             self.per_service.push(c);
         }
 
         // One KUBE-SEP per endpoint either policy chain uses.
-        let mut seen = HashSet::new();
-        for ep in cluster_eps.iter().chain(local_eps.iter()) {
+        for ep in policy.reachable() {
             let addr = ep.addr();
-            if !seen.insert(addr.clone()) {
-                continue;
-            }
             let mut c = Chain::new(names::endpoint_chain(&id, proto, &addr));
             c.add(format_args!("-m comment --comment {id} -s {} -j KUBE-MARK-MASQ", ep.ip));
             if sp.affinity_timeout.is_some() {

@@ -14,6 +14,8 @@ pub struct Outcome {
     pub restored: bool,
     pub chains_written: usize,
     pub chains_deleted: usize,
+    /// Map elements added or deleted (nftables mode).
+    pub elements_written: usize,
     pub payload_bytes: usize,
     pub nat_rules: usize,
     pub filter_rules: usize,

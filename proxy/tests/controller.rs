@@ -1,5 +1,6 @@
 //! Root-only: the proxy against a real in-process apiserver, programming a throwaway network
-//! namespace — Services and EndpointSlices in, rules out, /healthz and /metrics on the side.
+//! namespace in either mode — Services and EndpointSlices in, rules out, /healthz and /metrics
+//! on the side.
 
 mod common;
 
@@ -30,9 +31,70 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, Str
     Ok((code, out))
 }
 
+/// What each mode's rules look like for the checks below.
+struct Rules {
+    mode: &'static str,
+}
+
+impl Rules {
+    fn dump(&self, ns: &Netns) -> String {
+        match self.mode {
+            "iptables" => ns.tables(),
+            _ => ns.nft().table().ok().flatten().unwrap_or_default(),
+        }
+    }
+
+    fn no_endpoints(&self) -> &'static str {
+        match self.mode {
+            "iptables" => "default/web:http has no endpoints",
+            _ => "comment \"default/web:http\" : goto reject-chain",
+        }
+    }
+
+    fn cluster_ip(&self, ip: &str) -> String {
+        match self.mode {
+            "iptables" => format!("-d {ip}/32"),
+            _ => format!("{ip} . tcp . 80 : goto service-"),
+        }
+    }
+
+    fn dnat(&self, to: &str) -> String {
+        match self.mode {
+            "iptables" => format!("--to-destination {to}"),
+            _ => format!("dnat to {to}"),
+        }
+    }
+
+    fn service_chain(&self) -> String {
+        match self.mode {
+            "iptables" => kaji_proxy::names::service_chain("default/web:http", "tcp"),
+            _ => {
+                let sp = kaji_proxy::model::ServicePort::new("default", "web", "http", [0, 0, 0, 0].into(), 80);
+                format!("service-{}", kaji_proxy::names::nft_service(&sp))
+            }
+        }
+    }
+
+    fn node_port(&self, port: i32) -> String {
+        match self.mode {
+            "iptables" => format!("--dport {port}"),
+            _ => format!("tcp . {port} : goto external-"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result<()> {
-    let ns = Netns::new("ctrl");
+async fn iptables_mode_programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result<()> {
+    programs_services_and_endpoint_changes_from_the_api(Rules { mode: "iptables" }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nftables_mode_programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result<()> {
+    programs_services_and_endpoint_changes_from_the_api(Rules { mode: "nftables" }).await
+}
+
+async fn programs_services_and_endpoint_changes_from_the_api(rules: Rules) -> anyhow::Result<()> {
+    let ns = Netns::new(&format!("ctrl-{}", &rules.mode[..3]));
     let data = tempfile::tempdir()?;
     let server = kaji_apiserver::start(kaji_apiserver::Config::new("127.0.0.1:0".parse()?, data.path().into())).await?;
     let client = kube::Client::try_from(kube::Config::new(format!("http://{}", server.addr).parse()?))?;
@@ -40,7 +102,7 @@ async fn programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result
         node_name: "node-a".into(),
         cluster_cidr: Some("10.244.0.0/16".into()),
         min_sync_period: Duration::from_millis(100),
-        iptables: ns.iptables(),
+        backend: ns.backend(rules.mode),
         metrics_addr: Some("127.0.0.1:0".parse()?),
         ..Default::default()
     };
@@ -58,10 +120,7 @@ async fn programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result
     assert!(!cluster_ip.is_empty() && node_port > 0, "allocated: {cluster_ip} {node_port}");
 
     // No endpoints yet: the ClusterIP is rejected in filter.
-    eventually("REJECT for the service without endpoints", || {
-        ns.tables().contains("default/web:http has no endpoints")
-    })
-    .await;
+    eventually("REJECT for the service without endpoints", || rules.dump(&ns).contains(rules.no_endpoints())).await;
 
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
     let slice: EndpointSlice = serde_json::from_value(json!({
@@ -72,14 +131,14 @@ async fn programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result
             {"addresses": ["10.244.1.5"], "conditions": {"ready": true}, "nodeName": "node-a"},
             {"addresses": ["10.244.2.5"], "conditions": {"ready": true}, "nodeName": "node-b"}]}))?;
     slices.create(&PostParams::default(), &slice).await?;
-    let svc_chain = kaji_proxy::names::service_chain("default/web:http", "tcp");
+    let svc_chain = rules.service_chain();
     eventually("the service's chains", || {
-        let t = ns.tables();
-        t.contains(&format!("-d {cluster_ip}/32"))
-            && t.contains("--to-destination 10.244.2.5:8080")
+        let t = rules.dump(&ns);
+        t.contains(&rules.cluster_ip(&cluster_ip))
+            && t.contains(&rules.dnat("10.244.2.5:8080"))
             && t.contains(&svc_chain)
-            && t.contains(&format!("--dport {node_port}"))
-            && !t.contains("default/web:http has no endpoints")
+            && t.contains(&rules.node_port(node_port))
+            && !t.contains(rules.no_endpoints())
     })
     .await;
 
@@ -88,17 +147,19 @@ async fn programs_services_and_endpoint_changes_from_the_api() -> anyhow::Result
         {"addresses": ["10.244.1.5"], "conditions": {"ready": true}, "nodeName": "node-a"},
         {"addresses": ["10.244.2.5"], "conditions": {"ready": false}, "nodeName": "node-b"}]});
     slices.patch("web-abc", &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    eventually("the not-ready endpoint removed", || !ns.tables().contains("10.244.2.5:8080")).await;
+    eventually("the not-ready endpoint removed", || !rules.dump(&ns).contains(&rules.dnat("10.244.2.5:8080"))).await;
 
     let (code, body) = get(metrics, "/healthz").await?;
     assert_eq!(code, 200, "{body}");
     let (_, body) = get(metrics, "/metrics").await?;
     assert!(body.contains("kubeproxy_sync_proxy_rules_duration_seconds_count"), "{body}");
-    assert!(body.contains(r#"kubeproxy_sync_proxy_rules_iptables_total{table="nat"}"#), "{body}");
+    if rules.mode == "iptables" {
+        assert!(body.contains(r#"kubeproxy_sync_proxy_rules_iptables_total{table="nat"}"#), "{body}");
+    }
 
     // Deleting the service removes its chains.
     svcs.delete("web", &Default::default()).await?;
-    eventually("the service's chains removed", || !ns.tables().contains(&svc_chain)).await;
+    eventually("the service's chains removed", || !rules.dump(&ns).contains(&svc_chain)).await;
 
     proxy.shutdown().await?;
     let _ = server.shutdown().await;

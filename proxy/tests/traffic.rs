@@ -1,12 +1,12 @@
-//! Root-only: real rules in a network namespace carry real TCP connections. A "node" namespace
-//! (the proxy's rules, the client) and a "pods" namespace (three backends) joined by a veth
-//! pair; nothing runs or is configured outside them.
+//! Root-only: real rules in a network namespace carry real TCP connections, in both proxy modes.
+//! A "node" namespace (the proxy's rules, the client) and a "pods" namespace (three backends)
+//! joined by a veth pair; nothing runs or is configured outside them.
 
 mod common;
 
 use common::{netns_exists, Netns};
+use kaji_proxy::backend::Syncer;
 use kaji_proxy::model::{Endpoint, Model, ServicePort};
-use kaji_proxy::sync::Syncer;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -99,9 +99,18 @@ fn model(ready: [bool; 3]) -> Model {
 }
 
 #[test]
-fn cluster_ip_spreads_follows_readiness_serves_node_ports_and_cleans_up() {
-    let node = Netns::new("node");
-    let pods = Netns::new("pods");
+fn iptables_mode_spreads_follows_readiness_serves_node_ports_and_cleans_up() {
+    spreads_follows_readiness_serves_node_ports_and_cleans_up("iptables");
+}
+
+#[test]
+fn nftables_mode_spreads_follows_readiness_serves_node_ports_and_cleans_up() {
+    spreads_follows_readiness_serves_node_ports_and_cleans_up("nftables");
+}
+
+fn spreads_follows_readiness_serves_node_ports_and_cleans_up(mode: &str) {
+    let node = Netns::new(&format!("node-{}", &mode[..3]));
+    let pods = Netns::new(&format!("pods-{}", &mode[..3]));
     let names = [node.name.clone(), pods.name.clone()];
     node.sh(&["ip", "link", "add", "kp-node", "type", "veth", "peer", "name", "kp-pod", "netns", &pods.name]);
     node.sh(&["ip", "addr", "add", "10.244.0.1/24", "dev", "kp-node"]);
@@ -116,11 +125,18 @@ fn cluster_ip_spreads_follows_readiness_serves_node_ports_and_cleans_up() {
     // Something of the node's own, which kaji must leave alone.
     node.sh(&["iptables", "-t", "nat", "-A", "POSTROUTING", "-s", "10.99.0.0/16", "-j", "RETURN"]);
     node.sh(&["iptables", "-t", "filter", "-A", "INPUT", "-s", "10.99.0.0/16", "-j", "ACCEPT"]);
-    let before = node.tables();
+    node.sh(&["nft", "add table ip node-own; add chain ip node-own input { type filter hook input priority 10; }"]);
+    node.sh(&["nft", "add rule ip node-own input ip saddr 10.99.0.0/16 accept"]);
+    let before = node.ruleset();
 
     let backends = Backends::start(&pods);
-    let mut syncer = Syncer::new(node.iptables());
-    syncer.sync(&model([true; 3]), false).expect("first sync");
+    let mut syncer = Syncer::new(&node.backend(mode));
+    syncer.sync(model([true; 3]), false).expect("first sync");
+    let programmed = node.ruleset();
+    match mode {
+        "iptables" => assert!(!programmed.contains("table ip kaji-proxy"), "{programmed}"),
+        _ => assert!(!programmed.contains("KUBE-SERVICES"), "{programmed}"),
+    }
 
     // ClusterIP: 300 connections, each backend gets about a third (expected 100, sd ~8).
     let counts = spread(&node, "10.96.0.10:80", 300);
@@ -130,7 +146,7 @@ fn cluster_ip_spreads_follows_readiness_serves_node_ports_and_cleans_up() {
     }
 
     // The first backend turns not-ready: a partial sync moves all new traffic off it.
-    let outcome = syncer.sync(&model([false, true, true]), false).expect("partial sync");
+    let outcome = syncer.sync(model([false, true, true]), false).expect("partial sync");
     assert!(outcome.restored && !outcome.full, "{outcome:?}");
     let counts = spread(&node, "10.96.0.10:80", 100);
     assert!(!counts.contains_key(BACKENDS[0]), "{counts:?}");
@@ -149,11 +165,11 @@ fn cluster_ip_spreads_follows_readiness_serves_node_ports_and_cleans_up() {
 
     // `kaji-proxy --cleanup` (the binary, run inside the namespace) restores the tables.
     let out = std::process::Command::new("ip")
-        .args(["netns", "exec", &node.name, env!("CARGO_BIN_EXE_kaji-proxy"), "--cleanup"])
+        .args(["netns", "exec", &node.name, env!("CARGO_BIN_EXE_kaji-proxy"), "--proxy-mode", mode, "--cleanup"])
         .output()
         .expect("run kaji-proxy --cleanup");
     assert!(out.status.success(), "--cleanup: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(node.tables(), before);
+    assert_eq!(node.ruleset(), before);
 
     drop(backends);
     drop(node);

@@ -1,11 +1,14 @@
-//! Throwaway network namespaces for root-only tests: every iptables command runs inside one,
-//! and the namespace is deleted on drop (even when the test fails).
+//! Throwaway network namespaces for root-only tests: every iptables and nft command runs inside
+//! one, and the namespace is deleted on drop (even when the test fails).
 
 #![allow(dead_code)]
 
+pub mod golden;
 pub mod models;
 
+use kaji_proxy::backend::Backend;
 use kaji_proxy::iptables::Iptables;
+use kaji_proxy::nftables::Nft;
 use std::fs::File;
 use std::process::Command;
 
@@ -16,11 +19,11 @@ pub fn require_prerequisites() {
         .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1).map(String::from)))
         .flatten();
     assert_eq!(uid.as_deref(), Some("0"), "this test needs root (network namespaces, iptables); CI runs it as root");
-    for tool in ["ip", "iptables", "iptables-restore", "iptables-save"] {
+    for tool in ["ip", "iptables", "iptables-restore", "iptables-save", "nft"] {
         let found =
             std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists())).unwrap_or(false)
                 || std::path::Path::new("/usr/sbin").join(tool).exists();
-        assert!(found, "{tool} is missing: apt-get install -y iptables iproute2");
+        assert!(found, "{tool} is missing: apt-get install -y iptables iproute2 nftables");
     }
 }
 
@@ -50,6 +53,75 @@ impl Netns {
     /// The iptables binaries, run inside this namespace.
     pub fn iptables(&self) -> Iptables {
         Iptables::with_prefix(vec!["ip".into(), "netns".into(), "exec".into(), self.name.clone()])
+    }
+
+    /// The nft binary, run inside this namespace.
+    pub fn nft(&self) -> Nft {
+        Nft::with_prefix(vec!["ip".into(), "netns".into(), "exec".into(), self.name.clone()])
+    }
+
+    /// This namespace's tools for `mode` ("iptables" or "nftables").
+    pub fn backend(&self, mode: &str) -> Backend {
+        match mode {
+            "iptables" => Backend::Iptables(self.iptables()),
+            "nftables" => Backend::Nftables(self.nft()),
+            other => panic!("unknown proxy mode {other}"),
+        }
+    }
+
+    /// The iptables tables (`tables`) and every other nftables table without counters or set
+    /// contents: what a test compares before and after `--cleanup`. (iptables-nft's own tables
+    /// are left to `iptables-save`: it keeps built-in chains it once created, which is no change.)
+    pub fn ruleset(&self) -> String {
+        let mut out = self.tables();
+        let mut keep = false;
+        for line in self.sh(&["nft", "-s", "list", "ruleset"]).lines() {
+            if line.starts_with("table ") {
+                let iptables_nft =
+                    ["filter", "nat", "mangle", "raw", "security"].iter().any(|t| line == format!("table ip {t} {{"));
+                keep = !iptables_nft;
+            }
+            if keep {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Our nftables table, normalised for comparison: one line per rule ("chain #n: rule", n its
+    /// place in the chain) and per map or set element ("map: element"), sorted, so that chain
+    /// creation order and the kernel's element order do not matter. Empty without the table.
+    pub fn nft_objects(&self) -> Vec<String> {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-j", "-s", "list", "table", "ip", "kaji-proxy"])
+            .output()
+            .expect("run nft");
+        if !out.status.success() {
+            return Vec::new();
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nft -j prints JSON");
+        let mut lines = Vec::new();
+        let mut place: std::collections::HashMap<String, usize> = Default::default();
+        for obj in v["nftables"].as_array().into_iter().flatten() {
+            if let Some(rule) = obj.get("rule") {
+                let chain = rule["chain"].as_str().unwrap_or("").to_string();
+                let n = place.entry(chain.clone()).or_default();
+                *n += 1;
+                lines.push(format!("rule {chain} #{n}: {}", rule["expr"]));
+            } else if let Some(chain) = obj.get("chain") {
+                let hook = chain.get("hook").map(|h| format!(" hook {h} {}", chain["prio"])).unwrap_or_default();
+                lines.push(format!("chain {}{hook}", chain["name"].as_str().unwrap_or("")));
+            } else if let Some(set) = obj.get("set").or_else(|| obj.get("map")) {
+                let name = set["name"].as_str().unwrap_or("");
+                lines.push(format!("set {name}: {} {}", set["type"], set.get("flags").cloned().unwrap_or_default()));
+                for e in set.get("elem").and_then(|e| e.as_array()).into_iter().flatten() {
+                    lines.push(format!("element {name}: {e}"));
+                }
+            }
+        }
+        lines.sort();
+        lines
     }
 
     /// Runs `f` on a thread that has joined this namespace: sockets it creates live there.

@@ -1,0 +1,13 @@
+//! The nftables mode (`--proxy-mode nftables`): one table of our own, `ip kaji-proxy`, in
+//! kube-proxy's nftables layout — verdict maps from `ip . proto . port` to per-service chains,
+//! per-endpoint chains doing DNAT — written by one `nft -f -` transaction per sync.
+
+pub mod nft;
+pub mod plan;
+pub mod render;
+pub mod sync;
+pub mod text;
+
+pub use nft::Nft;
+pub use render::render;
+pub use sync::Syncer;

@@ -1,0 +1,164 @@
+//! What a sync must change: the state the last successful transaction left against a new model.
+//! Pure; `sync` writes the plan out as one transaction, in which stale chains and sets are
+//! deleted after the rules and map elements that referred to them.
+
+use crate::model::{Model, Protocol, ServicePort};
+use crate::nftables::render::{object_names, service_objects, Chain, Elements, Key, Map, ServiceObjects, Verdict};
+use crate::nftables::text::FIXED_CHAINS;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// What the kernel holds after the last successful transaction.
+#[derive(Clone, Debug, Default)]
+pub struct Applied {
+    pub model: Model,
+    pub elements: Elements,
+}
+
+/// A partial sync's changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Partial {
+    /// Existing chains whose rules change: emptied, then rewritten with `chains`.
+    pub flush: Vec<String>,
+    /// New affinity sets.
+    pub sets: Vec<String>,
+    /// New and changed chains, each after the chains it jumps to.
+    pub chains: Vec<Chain>,
+    pub delete_elements: Vec<(Map, Key)>,
+    pub add_elements: Vec<(Map, Key, Verdict)>,
+    /// Chains no service port has any more: emptied, then deleted.
+    pub stale_chains: Vec<String>,
+    /// Affinity sets no endpoint has any more.
+    pub stale_sets: Vec<String>,
+    /// Some service port differs from the applied one (even if its rules do not).
+    pub model_changed: bool,
+}
+
+impl Partial {
+    /// Nothing for `nft` to do.
+    pub fn is_empty(&self) -> bool {
+        self.flush.is_empty()
+            && self.sets.is_empty()
+            && self.chains.is_empty()
+            && self.delete_elements.is_empty()
+            && self.add_elements.is_empty()
+            && self.stale_chains.is_empty()
+            && self.stale_sets.is_empty()
+    }
+}
+
+type PortKey<'a> = (&'a str, &'a str, &'a str, Protocol);
+
+fn key(sp: &ServicePort) -> PortKey<'_> {
+    (&sp.namespace, &sp.name, &sp.port_name, sp.protocol)
+}
+
+fn index(model: &Model) -> HashMap<PortKey<'_>, &ServicePort> {
+    model.services.iter().map(|sp| (key(sp), sp)).collect()
+}
+
+/// The partial sync from `applied` to `model` (whose elements are `elements`). Both models must
+/// have the same masquerade settings (otherwise every chain changes: sync fully).
+pub fn partial(applied: &Applied, model: &Model, elements: &Elements) -> Partial {
+    let mut p = Partial::default();
+    let old = index(&applied.model);
+    let mut seen = HashSet::with_capacity(model.services.len());
+    for sp in &model.services {
+        seen.insert(key(sp));
+        let before = match old.get(&key(sp)) {
+            Some(o) if *o == sp => continue,
+            Some(o) => service_objects(&applied.model, o),
+            None => ServiceObjects::default(),
+        };
+        p.model_changed = true;
+        diff_service(&mut p, before, service_objects(model, sp));
+    }
+    for o in applied.model.services.iter().filter(|o| !seen.contains(&key(o))) {
+        p.model_changed = true;
+        diff_service(&mut p, service_objects(&applied.model, o), ServiceObjects::default());
+    }
+
+    for (mk, v) in &applied.elements {
+        match elements.get(mk) {
+            Some(now) if now == v => {}
+            _ => p.delete_elements.push(*mk),
+        }
+    }
+    for (mk, v) in elements {
+        if applied.elements.get(mk) != Some(v) {
+            p.add_elements.push((mk.0, mk.1, v.clone()));
+        }
+    }
+    p
+}
+
+/// One service port's chains and sets, before and after.
+fn diff_service(p: &mut Partial, before: ServiceObjects, after: ServiceObjects) {
+    for set in &after.sets {
+        if !before.sets.contains(set) {
+            p.sets.push(set.clone());
+        }
+    }
+    for set in before.sets {
+        if !after.sets.contains(&set) {
+            p.stale_sets.push(set);
+        }
+    }
+    for b in &before.chains {
+        if !after.chains.iter().any(|c| c.name == b.name) {
+            p.stale_chains.push(b.name.clone());
+        }
+    }
+    for c in after.chains {
+        match before.chains.iter().find(|b| b.name == c.name) {
+            Some(b) if b.rules == c.rules => {}
+            Some(_) => {
+                p.flush.push(c.name.clone());
+                p.chains.push(c);
+            }
+            None => p.chains.push(c),
+        }
+    }
+}
+
+/// Chains and sets a full sync deletes, the applied state known: those of service ports that
+/// are gone or changed and not wanted any more.
+pub fn stale_since(applied: &Applied, model: &Model) -> (Vec<String>, Vec<String>) {
+    let new = index(model);
+    let mut chains = BTreeSet::new();
+    let mut sets = BTreeSet::new();
+    for o in &applied.model.services {
+        let (now_chains, now_sets) = match new.get(&key(o)) {
+            Some(n) if *n == o => continue,
+            Some(n) => object_names(n),
+            None => (Vec::new(), Vec::new()),
+        };
+        let (old_chains, old_sets) = object_names(o);
+        chains.extend(old_chains.into_iter().filter(|c| !now_chains.contains(c)));
+        sets.extend(old_sets.into_iter().filter(|s| !now_sets.contains(s)));
+    }
+    (chains.into_iter().collect(), sets.into_iter().collect())
+}
+
+/// Chains and sets a full sync deletes when only the kernel knows what is there: everything
+/// listed that `model` does not want.
+pub fn stale_listed(listed_chains: Vec<String>, listed_sets: Vec<String>, model: &Model) -> (Vec<String>, Vec<String>) {
+    let mut chains: HashSet<String> = listed_chains.into_iter().collect();
+    let mut sets: HashSet<String> = listed_sets.into_iter().collect();
+    for name in FIXED_CHAINS {
+        chains.remove(name);
+    }
+    for sp in &model.services {
+        let (c, s) = object_names(sp);
+        for name in c {
+            chains.remove(&name);
+        }
+        for name in s {
+            sets.remove(&name);
+        }
+    }
+    let mut chains: Vec<String> = chains.into_iter().collect();
+    let mut sets: Vec<String> = sets.into_iter().collect();
+    chains.sort();
+    sets.sort();
+    (chains, sets)
+}

@@ -1,0 +1,159 @@
+//! Golden-text tests of the nftables mode: the exact `nft -f` transaction `render` writes for
+//! each kind of service (`tests/golden/nftables/*.txt`; `KAJI_UPDATE_GOLDEN=1 cargo test -p
+//! kaji-proxy --test nft_golden` rewrites them), and the partial transactions a sync plans.
+
+mod common;
+
+use common::golden::assert_golden;
+use common::models::{ep, golden_models, ip, model, web};
+use kaji_proxy::model::{Model, Protocol, ServicePort};
+use kaji_proxy::nftables::plan::{self, Applied, Partial};
+use kaji_proxy::nftables::render::{elements, render, Key, Map};
+use kaji_proxy::nftables::text::Tx;
+
+fn applied(m: &Model) -> Applied {
+    Applied { model: m.clone(), elements: elements(m).0 }
+}
+
+fn plan(before: &Applied, after: &Model) -> Partial {
+    plan::partial(before, after, &elements(after).0)
+}
+
+fn text(p: &Partial) -> String {
+    let mut tx = Tx::new(Vec::new());
+    tx.partial(p).expect("write to a Vec");
+    String::from_utf8(tx.finish().expect("write to a Vec")).expect("UTF-8")
+}
+
+#[test]
+fn render_matches_golden_files() {
+    for (name, m) in golden_models() {
+        assert_golden(&format!("nftables/{name}"), &render(&m));
+    }
+}
+
+#[test]
+fn render_is_deterministic() {
+    for (_, m) in golden_models() {
+        assert_eq!(render(&m), render(&m.clone()));
+    }
+}
+
+#[test]
+fn endpoints_are_chosen_with_one_over_remaining() {
+    let sp = ServicePort {
+        endpoints: (1..=5).map(|i| ep(&format!("10.244.0.{i}"), 80)).collect(),
+        ..ServicePort::new("ns", "five", "", ip("10.96.0.5"), 80)
+    };
+    let out = render(&model(vec![sp]));
+    let mods: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("numgen random mod "))
+        .map(|r| r.split(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(mods, ["5", "4", "3", "2"]);
+    let gotos = out.lines().filter(|l| l.trim().starts_with("goto endpoint-")).count();
+    assert_eq!(gotos, 1, "the last endpoint is unconditional:\n{out}");
+}
+
+#[test]
+fn not_ready_endpoints_are_skipped_and_terminating_ones_used_as_fallback() {
+    let mut sp = web();
+    sp.endpoints[0].ready = false;
+    let out = render(&model(vec![sp.clone()]));
+    assert!(!out.contains("10.244.1.2"), "{out}");
+    assert!(out.contains("dnat to 10.244.2.2:8080") && out.contains("dnat to 10.244.3.2:8080"), "{out}");
+    for e in &mut sp.endpoints {
+        e.ready = false;
+        e.terminating = true;
+        e.serving = false;
+    }
+    sp.endpoints[2].serving = true;
+    let out = render(&model(vec![sp]));
+    assert!(out.contains("meta l4proto tcp dnat to 10.244.3.2:8080"), "{out}");
+    assert!(!out.contains(": goto reject-chain,"), "{out}");
+    assert!(!out.contains("10.244.2.2"), "{out}");
+}
+
+#[test]
+fn an_unchanged_model_plans_nothing() {
+    for (_, m) in golden_models() {
+        let p = plan(&applied(&m), &m);
+        assert!(p.is_empty() && !p.model_changed, "{p:?}");
+    }
+}
+
+#[test]
+fn replacing_an_endpoint_rewrites_its_service_chain_then_deletes_the_old_endpoint_chain() {
+    let before = model(vec![web()]);
+    let mut changed = web();
+    changed.endpoints[0] = ep("10.244.1.9", 8080);
+    let p = plan(&applied(&before), &model(vec![changed]));
+    assert_eq!(
+        text(&p),
+        "flush chain ip kaji-proxy service-DK7ABAZC-ns1/web/tcp/http\n\
+         table ip kaji-proxy {\n\
+         \tchain endpoint-2JLGCGR2-ns1/web/tcp/http__10.244.1.9/8080 {\n\
+         \t\tip saddr 10.244.1.9 jump mark-for-masquerade\n\
+         \t\tmeta l4proto tcp dnat to 10.244.1.9:8080\n\
+         \t}\n\
+         \tchain service-DK7ABAZC-ns1/web/tcp/http {\n\
+         \t\tip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade\n\
+         \t\tnumgen random mod 3 == 0 goto endpoint-2JLGCGR2-ns1/web/tcp/http__10.244.1.9/8080\n\
+         \t\tnumgen random mod 2 == 0 goto endpoint-5VGXRQ35-ns1/web/tcp/http__10.244.2.2/8080\n\
+         \t\tgoto endpoint-QJ23PN4X-ns1/web/tcp/http__10.244.3.2/8080\n\
+         \t}\n\
+         }\n\
+         flush chain ip kaji-proxy endpoint-R6EW3KCZ-ns1/web/tcp/http__10.244.1.2/8080\n\
+         delete chain ip kaji-proxy endpoint-R6EW3KCZ-ns1/web/tcp/http__10.244.1.2/8080\n"
+    );
+    assert!(p.delete_elements.is_empty() && p.add_elements.is_empty(), "{p:?}");
+}
+
+#[test]
+fn removing_a_service_deletes_its_elements_then_its_chains() {
+    let other = ServicePort {
+        node_port: Some(30099),
+        endpoints: vec![ep("10.244.9.9", 80)],
+        ..ServicePort::new("ns1", "other", "", ip("10.96.0.99"), 80)
+    };
+    let state = applied(&model(vec![web(), other.clone()]));
+    let p = plan(&state, &model(vec![web()]));
+    let out = text(&p);
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} missing from:\n{out}"));
+    let element = at("delete element ip kaji-proxy service-ips {\n\t\t10.96.0.99 . tcp . 80,\n\t}");
+    let nodeport = at("delete element ip kaji-proxy service-nodeports {\n\t\ttcp . 30099,\n\t}");
+    let flush = at("flush chain ip kaji-proxy endpoint-");
+    let last_flush = out.rfind("flush chain").expect("flushes");
+    let delete = at("delete chain ip kaji-proxy ");
+    assert!(element < flush && nodeport < flush && last_flush < delete, "{out}");
+    assert_eq!(p.stale_chains.len(), 3, "endpoint, service and external chain: {p:?}");
+    assert_eq!(out.matches("delete chain").count(), 3, "{out}");
+    assert!(!out.contains("add map") && !out.contains("table ip"), "nothing to add:\n{out}");
+}
+
+#[test]
+fn losing_every_endpoint_moves_the_cluster_ip_to_the_reject_map() {
+    let before = model(vec![web()]);
+    let empty = ServicePort { endpoints: vec![], ..web() };
+    let p = plan(&applied(&before), &model(vec![empty]));
+    let out = text(&p);
+    assert!(out.contains("delete element ip kaji-proxy service-ips {\n\t\t10.96.0.10 . tcp . 80,\n\t}"), "{out}");
+    assert!(out.contains("\t\t10.96.0.10 . tcp . 80 comment \"ns1/web:http\" : goto reject-chain,\n"), "{out}");
+    assert_eq!(p.stale_chains.len(), 4, "the service chain and three endpoint chains: {out}");
+}
+
+#[test]
+fn conflicting_external_ips_keep_the_first_service() {
+    let a = ServicePort {
+        external_ips: vec![ip("192.0.2.1")],
+        endpoints: vec![ep("10.244.1.1", 80)],
+        ..ServicePort::new("ns", "a", "", ip("10.96.0.1"), 80)
+    };
+    let b = ServicePort { cluster_ip: ip("10.96.0.2"), name: "b".into(), ..a.clone() };
+    let (els, conflicts) = elements(&model(vec![a, b]));
+    let verdict = els[&(Map::ServiceIps, Key::Ip(ip("192.0.2.1"), Protocol::Tcp, 80))].to_string();
+    assert!(verdict.contains("-ns/a/tcp/"), "{verdict}");
+    assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+    assert!(conflicts[0].contains("ns/b"), "{conflicts:?}");
+}
