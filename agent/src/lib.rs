@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod env;
 pub mod exec;
 pub mod http;
+pub mod lifecycle;
 pub mod logs;
 pub mod metrics;
 pub mod network;

@@ -334,3 +334,68 @@ async fn probes_gate_readiness_and_restart_unhealthy_containers() -> anyhow::Res
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_hooks_run_after_start_and_before_stop() -> anyhow::Result<()> {
+    let node = Node::start().await?;
+    let host = node.dir.path().join("host");
+    std::fs::create_dir_all(&host)?;
+    let mount = json!([{"name": "host", "mountPath": "/host"}]);
+    let volumes = json!([{"name": "host", "hostPath": {"path": host, "type": "Directory"}}]);
+    // The main process writes what it sees on SIGTERM: the preStop hook must have run before.
+    let script = "trap 'cat /host/order > /host/at-term; exit 0' TERM; while true; do sleep 0.1; done";
+    node.pod(
+        "hooked",
+        json!({
+            "terminationGracePeriodSeconds": 10,
+            "volumes": volumes,
+            "containers": [{"name": "c", "command": ["sh", "-c", script], "volumeMounts": mount, "lifecycle": {
+                "postStart": {"exec": {"command": ["sh", "-c", "echo post-start >> /host/order"]}},
+                "preStop": {"exec": {"command": ["sh", "-c", "echo pre-stop >> /host/order"]}},
+            }}]
+        }),
+    )
+    .await?;
+    node.wait_pod("hooked", "Running", |p| phase(p) == "Running").await?;
+    assert_eq!(std::fs::read_to_string(host.join("order"))?, "post-start\n");
+
+    // A failing postStart hook kills the container, which restarts as its policy says.
+    node.pod(
+        "bad-hook",
+        json!({
+            // `sleep` as pid 1 ignores SIGTERM: a short grace period keeps the kill quick.
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "command": ["sleep", "3600"], "lifecycle": {
+                "postStart": {"exec": {"command": ["sh", "-c", "echo nope; exit 3"]}},
+            }}]
+        }),
+    )
+    .await?;
+    node.wait_pod("bad-hook", "a restart after the failed hook", |p| {
+        container(p, "c").is_some_and(|c| c.restart_count >= 1)
+    })
+    .await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(node.client.clone(), "default");
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    loop {
+        let list = events.list(&Default::default()).await?;
+        let failed = list.items.iter().find(|e| e.reason.as_deref() == Some("FailedPostStartHook"));
+        if let Some(e) = failed {
+            let message = e.message.clone().unwrap_or_default();
+            assert!(message.contains("Exec lifecycle hook") && message.contains("\"c\""), "{message}");
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no FailedPostStartHook event");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    node.pods("default").delete("hooked", &DeleteParams::default()).await?;
+    node.pods("default").delete("bad-hook", &DeleteParams::default().grace_period(0)).await?;
+    node.wait_gone("hooked").await?;
+    node.wait_gone("bad-hook").await?;
+    assert_eq!(std::fs::read_to_string(host.join("order"))?, "post-start\npre-stop\n");
+    assert_eq!(std::fs::read_to_string(host.join("at-term"))?, "post-start\npre-stop\n", "preStop ran before SIGTERM");
+    assert_eq!(node.leftovers(), Vec::<String>::new());
+    Ok(())
+}

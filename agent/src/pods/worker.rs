@@ -130,7 +130,7 @@ impl Worker {
             match pod {
                 None => {
                     if !self.terminated {
-                        self.kill_all(Duration::from_secs(2)).await;
+                        self.kill_all(None, Duration::from_secs(2)).await;
                     }
                     // Retried: what is left would otherwise wait for the next agent start.
                     let mut delay = Duration::from_millis(500);
@@ -523,6 +523,21 @@ impl Worker {
         self.s.metrics.container_started();
         self.event_normal(p, "Started", format!("Started container {}", c.name));
         self.containers.push(meta);
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            // As kubelet: the hook runs before the pod's next container starts; if it fails, the
+            // container is killed and restarts as its policy says.
+            let netns = ctx.sandbox.netns();
+            let timeout = Duration::from_secs(POST_START_TIMEOUT_SECONDS);
+            if let Err(why) = crate::lifecycle::run(hook, c, netns, (&self.s.runtime, &id), timeout).await {
+                let what = crate::lifecycle::describe(hook);
+                let message =
+                    format!("{what} for Container {:?} in Pod {:?} failed - error: {why}", c.name, pod_key(p));
+                tracing::warn!(pod = %pod_key(p), container = %c.name, error = %why, "postStart hook failed");
+                self.event_warning(p, "FailedPostStartHook", message);
+                self.event_normal(p, "Killing", format!("FailedPostStartHook: stopping container {}", c.name));
+                self.s.runtime.stop(std::slice::from_ref(&id), grace_period(p)).await;
+            }
+        }
         self.watch_exit(&id);
         if !init {
             self.ensure_prober(p, c, &id, ctx.sandbox.netns());
@@ -770,8 +785,26 @@ impl Worker {
         }
     }
 
-    /// SIGTERM to every running container, the grace period, SIGKILL for what is left.
-    async fn kill_all(&mut self, grace: Duration) {
+    /// Every running container's preStop hook (in parallel, within the grace period), then
+    /// SIGTERM with what is left of it, SIGKILL for what is still running after that.
+    /// Without the pod (its object is gone already) or without a grace period, no hooks run.
+    async fn kill_all(&mut self, p: Option<&Pod>, grace: Duration) {
+        let started = std::time::Instant::now();
+        let netns = p.and_then(|p| Sandbox::new(self.pod_dir().0.join("ns"), Wanted::for_pod(p)).netns());
+        let hooks: Vec<_> = p
+            .filter(|_| !grace.is_zero())
+            .into_iter()
+            .flat_map(|p| self.containers.iter().map(move |m| (p, m)))
+            .filter(|(_, m)| self.s.runtime.is_alive(&m.id))
+            .filter_map(|(p, m)| {
+                let c = pod_container(p, &m.container_name)?;
+                c.lifecycle.as_ref()?.pre_stop.as_ref()?;
+                Some(run_pre_stop(&self.s, p, c, &m.id, netns.clone(), grace))
+            })
+            .collect();
+        let ran = !hooks.is_empty();
+        futures::future::join_all(hooks).await;
+        let grace = if ran { crate::lifecycle::remaining_grace(grace, started) } else { grace };
         let ids: Vec<String> = self.containers.iter().map(|m| m.id.clone()).collect();
         for id in self.s.runtime.stop(&ids, grace).await {
             tracing::info!(container = %id, "grace period over; killed");
@@ -788,7 +821,7 @@ impl Worker {
         for m in self.containers.iter().filter(|m| self.s.runtime.is_alive(&m.id)) {
             self.event_normal(p, "Killing", format!("Stopping container {}", m.container_name));
         }
-        self.kill_all(Duration::from_secs(grace)).await;
+        self.kill_all(Some(p), Duration::from_secs(grace)).await;
         self.sandbox_ready = false;
         let _ = self.write_status(p).await;
         teardown(&self.s, &self.uid, &self.containers).await?;
@@ -970,10 +1003,47 @@ impl Prober {
         }
     }
 
-    /// SIGTERM, the pod's grace period, SIGKILL.
+    /// The preStop hook, then SIGTERM with what is left of the pod's grace period, SIGKILL.
     async fn kill(&self) {
-        let grace = self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30).max(0) as u64;
-        self.s.runtime.stop(std::slice::from_ref(&self.id), Duration::from_secs(grace)).await;
+        let mut grace = grace_period(&self.pod);
+        if self.c.lifecycle.as_ref().is_some_and(|l| l.pre_stop.is_some()) {
+            let started = std::time::Instant::now();
+            run_pre_stop(&self.s, &self.pod, &self.c, &self.id, self.netns.clone(), grace).await;
+            grace = crate::lifecycle::remaining_grace(grace, started);
+        }
+        self.s.runtime.stop(std::slice::from_ref(&self.id), grace).await;
+    }
+}
+
+/// How long a postStart hook may run before it counts as failed (kubelet has no bound; a hook
+/// that never ends must not hold the pod's worker forever).
+const POST_START_TIMEOUT_SECONDS: u64 = 300;
+
+/// The pod's terminationGracePeriodSeconds (default 30).
+fn grace_period(p: &Pod) -> Duration {
+    let seconds = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30).max(0);
+    Duration::from_secs(seconds as u64)
+}
+
+fn pod_container<'p>(p: &'p Pod, name: &str) -> Option<&'p Container> {
+    let spec = p.spec.as_ref()?;
+    spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|c| c.name == name)
+}
+
+/// Runs a container's preStop hook within `grace`; a failure is an event, never a reason to
+/// keep the container (kubelet goes on to SIGTERM either way).
+async fn run_pre_stop(s: &Arc<Shared>, p: &Pod, c: &Container, id: &str, netns: Option<PathBuf>, grace: Duration) {
+    let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else { return };
+    let run = crate::lifecycle::run(hook, c, netns, (&s.runtime, id), grace);
+    let outcome = match tokio::time::timeout(grace, run).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("did not finish within the grace period ({}s)", grace.as_secs())),
+    };
+    if let Err(why) = outcome {
+        let what = crate::lifecycle::describe(hook);
+        tracing::warn!(pod = %pod_key(p), container = %c.name, error = %why, "preStop hook failed");
+        let message = format!("{what} for Container {:?} in Pod {:?} failed - error: {why}", c.name, pod_key(p));
+        let _ = s.events.send((Arc::new(p.clone()), true, "FailedPreStopHook", message));
     }
 }
 
