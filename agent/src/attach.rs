@@ -1,8 +1,11 @@
 //! kubelet's `/attach/{namespace}/{pod}/{container}`: the running container's output from now
 //! on, over the remotecommand protocol (as exec), read by following its CRI log file — the
 //! runtime keeps the container's stdout/stderr there, not in pipes an attach could share.
-//! The runtime gives containers no stdin, so attaching stdin is refused, as Kubernetes refuses
-//! it for a container without `stdin: true`.
+//! A container with `stdin: true` has a stdin fifo in the runtime (it outlives the agent); an
+//! attach with `-i` writes the client's stdin into it. `stdinOnce` is decided here: the first
+//! session with stdin to end closes it for good (the process reads end of file). Without
+//! `stdin: true`, attaching stdin is refused, as Kubernetes refuses it. Terminals are not
+//! supported: the runtime gives containers none.
 
 use std::time::Duration;
 
@@ -19,8 +22,9 @@ use crate::runtime::{Meta, Runtime};
 /// How often the log file is looked at for new output.
 const POLL: Duration = Duration::from_millis(100);
 
-/// The streams asked for (`input`, `output`, `error`, `tty` = `1`), and the refusals. Pure.
-pub fn parse(query: &[(String, String)], container: &str) -> Result<Streams, String> {
+/// The streams asked for (`input`, `output`, `error`, `tty` = `1`), and the refusals, for a
+/// container whose spec has `stdin` as given. Pure.
+pub fn parse(query: &[(String, String)], container: &str, stdin: bool) -> Result<Streams, String> {
     let on = |names: &[&str]| query.iter().any(|(k, v)| names.contains(&k.as_str()) && (v == "1" || v == "true"));
     let tty = on(&["tty"]);
     let s = Streams {
@@ -32,13 +36,23 @@ pub fn parse(query: &[(String, String)], container: &str) -> Result<Streams, Str
     if !s.stdin && !s.stdout && !s.stderr {
         return Err("you must specify at least 1 of stdin, stdout, stderr".into());
     }
-    if s.stdin {
+    if s.stdin && !stdin {
+        return Err(no_stdin(container));
+    }
+    if s.stdin && s.tty {
         return Err(format!(
-            "cannot attach to the stdin of container {container:?}: stdin is not enabled for this container \
-             (kaji's runtime gives containers no stdin; attach without -i to follow its output)"
+            "cannot attach a terminal to container {container:?}: kaji's runtime gives containers no \
+             terminal (tty: true is not supported); attach without -t"
         ));
     }
     Ok(s)
+}
+
+fn no_stdin(container: &str) -> String {
+    format!(
+        "cannot attach to the stdin of container {container:?}: stdin is not enabled for this container \
+         (set stdin: true in its spec; attach without -i to follow its output)"
+    )
 }
 
 /// Which stream a log line goes to: stderr lines to stderr when it was asked for, everything
@@ -66,7 +80,12 @@ pub async fn serve(
     else {
         return (StatusCode::NOT_FOUND, "pod does not exist").into_response();
     };
-    let streams = match parse(&query, &container) {
+    let spec_stdin = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == container))
+        .is_some_and(|c| c.stdin == Some(true));
+    let streams = match parse(&query, &container, spec_stdin) {
         Ok(s) => s,
         // A Status, so kubectl shows the reason rather than an empty error.
         Err(e) => return bad_request(e),
@@ -82,16 +101,50 @@ pub async fn serve(
     let Some(run) = running else {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("container not found ({container:?})")).into_response();
     };
-    tracing::info!(pod = %format!("{ns}/{pod}"), container = %container, "attach");
+    let stdin = match streams.stdin {
+        // Created before its spec had stdin (a container's stdin is fixed at create).
+        true if !run.stdin => return bad_request(no_stdin(&container)),
+        true => match runtime.open_stdin(&run.id).map(tokio::net::unix::pipe::Sender::from_file) {
+            Ok(Ok(w)) => Some(w),
+            Ok(Err(e)) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+            Err(e) => return bad_request(format!("cannot attach to the stdin of container {container:?}: {e}")),
+        },
+        false => None,
+    };
+    tracing::info!(pod = %format!("{ns}/{pod}"), container = %container, stdin = streams.stdin, "attach");
     // Output from now on: what the log already holds is `kubectl logs`'s.
     let offset = tokio::fs::metadata(&run.log_path).await.map(|m| m.len()).unwrap_or(0);
-    remotecommand::upgrade(http, streams, move |input, output| follow(runtime, run, offset, streams, input, output))
-        .await
+    remotecommand::upgrade(http, streams, move |input, output| async move {
+        let once = stdin.is_some() && run.stdin_once;
+        let (runtime, id) = (runtime.clone(), run.id.clone());
+        let status = follow(runtime.clone(), run, offset, streams, stdin, input, output).await;
+        if once {
+            close_stdin(&runtime, &id);
+        }
+        status
+    })
+    .await
 }
 
-/// Sends the log's new lines until the container stops (Success) or the client leaves; the
-/// container is never touched.
-async fn follow(runtime: Runtime, run: Meta, mut offset: u64, s: Streams, mut input: Input, output: Output) -> Value {
+/// stdinOnce: the process reads end of file once our write end is gone too.
+fn close_stdin(runtime: &Runtime, id: &str) {
+    if let Err(e) = runtime.close_stdin(id) {
+        tracing::warn!(container = %id, error = %e, "failed to close stdin");
+    }
+}
+
+/// Sends the log's new lines until the container stops (Success) or the client leaves, and
+/// writes the client's stdin (if any) to the container's.
+async fn follow(
+    runtime: Runtime,
+    run: Meta,
+    mut offset: u64,
+    s: Streams,
+    mut stdin: Option<tokio::net::unix::pipe::Sender>,
+    mut input: Input,
+    output: Output,
+) -> Value {
+    use tokio::io::AsyncWriteExt;
     let mut buf = String::new();
     loop {
         let stopped = runtime.state(&run.id).map(|st| st.status != kaji_runtime::Status::Running).unwrap_or(true);
@@ -113,11 +166,23 @@ async fn follow(runtime: Runtime, run: Meta, mut offset: u64, s: Streams, mut in
             return success();
         }
         tokio::select! {
-            event = input.recv() => {
-                if matches!(event, None | Some(Incoming::Gone)) {
-                    return success();
+            event = input.recv() => match event {
+                None | Some(Incoming::Gone) => return success(),
+                Some(Incoming::Stdin(data)) => {
+                    if let Some(w) = stdin.as_mut() {
+                        if let Err(e) = w.write_all(&data).await {
+                            tracing::debug!(container = %run.id, error = %e, "stdin write failed");
+                            stdin = None;
+                        }
+                    }
                 }
-            }
+                Some(Incoming::CloseStdin) => {
+                    if stdin.take().is_some() && run.stdin_once {
+                        close_stdin(&runtime, &run.id);
+                    }
+                }
+                Some(Incoming::Resize(_) | Incoming::Ignored) => {}
+            },
             _ = tokio::time::sleep(POLL) => {}
         }
     }
@@ -153,12 +218,20 @@ mod tests {
     }
 
     #[test]
-    fn stdin_is_refused_and_output_streams_are_kept() {
-        let s = parse(&q(&[("output", "1"), ("error", "1")]), "app").expect("valid");
+    fn stdin_is_refused_without_stdin_true_and_output_streams_are_kept() {
+        let s = parse(&q(&[("output", "1"), ("error", "1")]), "app", false).expect("valid");
         assert_eq!(s, Streams { stdin: false, stdout: true, stderr: true, tty: false });
-        let err = parse(&q(&[("input", "1"), ("output", "1")]), "app").expect_err("no stdin");
+        let err = parse(&q(&[("input", "1"), ("output", "1")]), "app", false).expect_err("no stdin");
         assert!(err.starts_with("cannot attach to the stdin of container \"app\""), "{err}");
-        assert!(parse(&q(&[]), "app").is_err());
+        assert!(parse(&q(&[]), "app", true).is_err());
+    }
+
+    #[test]
+    fn stdin_is_attached_when_the_container_has_it_but_never_a_terminal() {
+        let s = parse(&q(&[("input", "1"), ("output", "1")]), "app", true).expect("stdin: true");
+        assert_eq!(s, Streams { stdin: true, stdout: true, stderr: false, tty: false });
+        let err = parse(&q(&[("input", "1"), ("output", "1"), ("tty", "1")]), "app", true).expect_err("no tty");
+        assert!(err.starts_with("cannot attach a terminal to container \"app\""), "{err}");
     }
 
     #[test]

@@ -102,6 +102,9 @@ enum Command {
         runc: Option<PathBuf>,
         #[arg(long)]
         runc_root: Option<PathBuf>,
+        /// Give the container a stdin fifo.
+        #[arg(long)]
+        stdin: bool,
     },
     /// The exec helper: joins a container's namespaces and cgroup and runs a command there.
     #[command(hide = true)]
@@ -154,7 +157,7 @@ fn interface_ip(interface: &str) -> anyhow::Result<IpAddr> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Command::Shim { root, id, bundle, log_file, runc, runc_root }) = &args.command {
+    if let Some(Command::Shim { root, id, bundle, log_file, runc, runc_root, stdin }) = &args.command {
         // Single-threaded on purpose: the shim clones the container init.
         let a = kaji_runtime::shim::Args {
             root: root.clone(),
@@ -163,6 +166,7 @@ fn main() -> anyhow::Result<()> {
             log: log_file.clone(),
             runc: runc.clone(),
             runc_root: runc_root.clone(),
+            stdin: *stdin,
         };
         std::process::exit(kaji_runtime::shim::main(a));
     }

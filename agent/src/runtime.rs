@@ -52,6 +52,12 @@ pub struct Meta {
     pub created_at: jiff::Timestamp,
     #[serde(default)]
     pub started_at: Option<jiff::Timestamp>,
+    /// The container's `stdin`: the runtime gives it a stdin that attach writes to.
+    #[serde(default)]
+    pub stdin: bool,
+    /// The container's `stdinOnce`: the first attach session to end closes that stdin.
+    #[serde(default)]
+    pub stdin_once: bool,
 }
 
 #[derive(Clone)]
@@ -134,11 +140,10 @@ impl Runtime {
             })?;
         }
         let rt = self.rt.clone();
-        let (id, log) = (meta.id.clone(), meta.log_path.clone());
+        let opts = CreateOptions { log_path: Some(meta.log_path.clone()), stdin: meta.stdin };
+        let id = meta.id.clone();
         let b = bundle.clone();
-        let created = tokio::task::spawn_blocking(move || rt.create(&id, &b, &CreateOptions { log_path: Some(log) }))
-            .await
-            .map_err(|_| Error::Join)?;
+        let created = tokio::task::spawn_blocking(move || rt.create(&id, &b, &opts)).await.map_err(|_| Error::Join)?;
         if let Err(e) = created {
             let _ = std::fs::remove_dir_all(&bundle);
             return Err(e.into());
@@ -167,6 +172,16 @@ impl Runtime {
 
     pub fn state(&self, id: &str) -> Result<State> {
         Ok(self.rt.state(id)?)
+    }
+
+    /// A write end of the container's stdin (see [`Meta::stdin`]).
+    pub fn open_stdin(&self, id: &str) -> Result<std::fs::File> {
+        Ok(self.rt.open_stdin(id)?)
+    }
+
+    /// Closes the container's stdin for good (`stdinOnce`).
+    pub fn close_stdin(&self, id: &str) -> Result<()> {
+        Ok(self.rt.close_stdin(id)?)
     }
 
     pub fn kill(&self, id: &str, signal: Signal) -> Result<()> {

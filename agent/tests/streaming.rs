@@ -362,3 +362,71 @@ async fn kubectl_1_28_exec_and_attach_speak_spdy_and_1_32_attaches_over_websocke
     assert_eq!(node.leftovers(), Vec::<String>::new());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_attach_i_writes_to_a_stdin_container_and_stdin_once_closes_it() -> anyhow::Result<()> {
+    let node = Node::start().await?;
+    let echo = "while read l; do echo got:$l; done; echo eof";
+    let pod = |stdin_once: bool| {
+        json!({"restartPolicy": "Never", "containers": [{"name": "app", "command": ["sh", "-c", echo],
+            "stdin": true, "stdinOnce": stdin_once}]})
+    };
+    for (name, version) in [("in-new", None), ("in-old", Some("1.28"))] {
+        node.pod(name, pod(true)).await?;
+        node.wait_pod(name, "Running", |p| phase(p) == "Running").await?;
+        let k = Kubectl::new(&node, version)?;
+        // stdinOnce: the end of kubectl's stdin ends the container's, so the process exits.
+        let (code, out, err) = k.run(&["attach", "-i", name, "-c", "app"], "hello\nworld\n").await?;
+        ensure!(code == 0 && out.contains("got:hello\ngot:world\neof\n"), "kubectl {version:?}: {code} {out:?} {err}");
+        node.wait_pod(name, "Succeeded", |p| phase(p) == "Succeeded").await?;
+    }
+
+    // Without stdinOnce the stdin outlives a session: a second attach is read too.
+    node.pod("keep", pod(false)).await?;
+    node.wait_pod("keep", "Running", |p| phase(p) == "Running").await?;
+    let k = Kubectl::new(&node, None)?;
+    for word in ["first", "second"] {
+        let mut attach = k.command(&["attach", "-i", "keep", "-c", "app"]);
+        let mut child = attach.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let mut stdin = child.stdin.take().context("stdin")?;
+        stdin.write_all(format!("{word}\n").as_bytes())?;
+        let running = Running { lines: lines_of(&mut child)?, child };
+        let line = running.line()?;
+        ensure!(line == format!("got:{word}"), "{line:?}");
+        drop(stdin);
+        drop(running);
+    }
+    let (code, out, _) = k.run(&["exec", "keep", "--", "echo", "still here"], "").await?;
+    assert_eq!((code, out.as_str()), (0, "still here\n"));
+
+    // A container without stdin: true is still refused.
+    node.pod("plain", json!({"containers": [{"name": "app", "command": ["sleep", "1000"]}]})).await?;
+    node.wait_pod("plain", "Running", |p| phase(p) == "Running").await?;
+    let (code, _, err) = k.run(&["attach", "-i", "plain"], "x\n").await?;
+    ensure!(code == 1 && err.contains("stdin is not enabled for this container"), "{code} {err}");
+
+    for name in ["in-new", "in-old", "keep", "plain"] {
+        node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
+        node.wait_gone(name).await?;
+    }
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(node.leftovers(), Vec::<String>::new());
+    Ok(())
+}
+
+/// The child's stdout lines, on a receiver.
+fn lines_of(child: &mut Child) -> anyhow::Result<mpsc::Receiver<String>> {
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().context("stdout")?;
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(lines)
+}

@@ -59,6 +59,16 @@ pub enum Error {
     ShimGone(String),
     #[error("exec failed: {message}")]
     Exec { message: String },
+    #[error("container {0} has no stdin (it was created without one)")]
+    NoStdin(String),
+    #[error("the stdin of container {0} is closed (its process exited)")]
+    StdinClosed(String),
+    #[error("failed to open the stdin of container {id}")]
+    Stdin {
+        id: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{binary} {verb} {id} failed: {message}")]
     Runc { binary: PathBuf, verb: &'static str, id: String, message: String },
 }
@@ -70,6 +80,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct CreateOptions {
     /// CRI-format log file; `None` discards the output.
     pub log_path: Option<PathBuf>,
+    /// Give the process a stdin that writers attach to with [`ContainerRuntime::open_stdin`]
+    /// (Kubernetes' `stdin: true`). Otherwise its stdin is /dev/null. It stays open — the shim
+    /// holds a write end — until [`ContainerRuntime::close_stdin`]; deciding when to close
+    /// (`stdinOnce`: after the first attach session) is the caller's policy.
+    pub stdin: bool,
 }
 
 /// The operations every backend offers. State lives under the backend's root directory, so a
@@ -91,6 +106,12 @@ pub trait ContainerRuntime {
     /// hardening `process` asks for (capabilities, no_new_privs, the spec's seccomp, rlimits,
     /// user, env, cwd). Returns once the command runs, or why it could not start.
     fn exec(&self, id: &str, process: &Process, opts: &ExecOptions) -> Result<Exec>;
+    /// A write end of the container's stdin (blocking writes). Fails with [`Error::NoStdin`]
+    /// when it was created without `stdin`, [`Error::StdinClosed`] when nothing reads it.
+    fn open_stdin(&self, id: &str) -> Result<std::fs::File>;
+    /// Closes the container's stdin for good: the process reads end of file once the writers
+    /// from [`ContainerRuntime::open_stdin`] are gone. Idempotent.
+    fn close_stdin(&self, id: &str) -> Result<()>;
 }
 
 /// What both backends share: the state root and the helper binary that runs the shim.
@@ -125,6 +146,9 @@ impl Common {
         cmd.arg("shim").arg("--root").arg(&self.root).arg("--id").arg(id).arg("--bundle").arg(&bundle);
         if let Some(log) = &opts.log_path {
             cmd.arg("--cri-log").arg(log);
+        }
+        if opts.stdin {
+            cmd.arg("--stdin");
         }
         if let Some((binary, root)) = runc {
             cmd.arg("--runc").arg(binary).arg("--runc-root").arg(root);
@@ -239,6 +263,39 @@ impl Common {
         Ok(())
     }
 
+    fn open_stdin(&self, id: &str) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.dir(id)?;
+        self.record(id)?;
+        // Non-blocking: fails (ENXIO) instead of waiting when nothing reads the fifo.
+        let f = match std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.stdin()) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NoStdin(id.into())),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(Error::StdinClosed(id.into())),
+            Err(source) => return Err(Error::Stdin { id: id.into(), source }),
+        };
+        nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&f), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+            .map_err(|e| Error::Stdin { id: id.into(), source: e.into() })?;
+        Ok(f)
+    }
+
+    fn close_stdin(&self, id: &str) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.dir(id)?;
+        self.record(id)?;
+        match std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.stdin_close()) {
+            Ok(mut f) => f.write_all(b"c").map_err(|source| Error::Stdin { id: id.into(), source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match dir.stdin().exists() {
+                true => Ok(()),
+                false => Err(Error::NoStdin(id.into())),
+            },
+            // The shim is gone: nothing holds the stdin open any more.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(()),
+            Err(source) => Err(Error::Stdin { id: id.into(), source }),
+        }
+    }
+
     fn list(&self) -> Result<Vec<String>> {
         let mut ids = Vec::new();
         let entries = match std::fs::read_dir(&self.root) {
@@ -350,6 +407,12 @@ impl ContainerRuntime for Native {
         let dir = self.common.exec_target(id)?;
         exec::native(&self.common.helper, &self.common.root, &dir.path, id, process, opts)
     }
+    fn open_stdin(&self, id: &str) -> Result<std::fs::File> {
+        self.common.open_stdin(id)
+    }
+    fn close_stdin(&self, id: &str) -> Result<()> {
+        self.common.close_stdin(id)
+    }
 }
 
 /// The reference backend: any OCI runtime binary with runc's command line, driven with the same
@@ -432,5 +495,11 @@ impl ContainerRuntime for Runc {
     fn exec(&self, id: &str, process: &Process, opts: &ExecOptions) -> Result<Exec> {
         let dir = self.common.exec_target(id)?;
         exec::runc(&self.binary, &self.runc_root, &dir.path, id, process, opts)
+    }
+    fn open_stdin(&self, id: &str) -> Result<std::fs::File> {
+        self.common.open_stdin(id)
+    }
+    fn close_stdin(&self, id: &str) -> Result<()> {
+        self.common.close_stdin(id)
     }
 }

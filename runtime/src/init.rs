@@ -59,6 +59,8 @@ pub struct Context<'a> {
     pub spec: &'a Spec,
     pub rootfs: rootfs::Source<'a>,
     pub plan: &'a namespaces::Plan,
+    /// The read end of the stdin fifo; `None`: /dev/null.
+    pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     /// The start fifo, opened read-write so a read blocks until `start` writes a byte.
@@ -135,7 +137,8 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     }
     let prepared = apply_process(spec, process)?;
 
-    nix::unistd::dup2(devnull.as_raw_fd(), 0).map_err(sys("set up stdin"))?;
+    let stdin = ctx.stdin.as_ref().map_or(devnull.as_raw_fd(), |fd| fd.as_raw_fd());
+    nix::unistd::dup2(stdin, 0).map_err(sys("set up stdin"))?;
     nix::unistd::dup2(ctx.stdout.as_raw_fd(), 1).map_err(sys("set up stdout"))?;
     nix::unistd::dup2(ctx.stderr.as_raw_fd(), 2).map_err(sys("set up stderr"))?;
     parent.ready().map_err(Error::Start)?;

@@ -89,6 +89,9 @@ enum Verb {
         runc: Option<PathBuf>,
         #[arg(long)]
         runc_root: Option<PathBuf>,
+        /// Give the container a stdin fifo.
+        #[arg(long)]
+        stdin: bool,
     },
     #[command(hide = true)]
     Nsenter {
@@ -120,7 +123,7 @@ fn backend(cli: &Cli) -> anyhow::Result<Box<dyn ContainerRuntime>> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Verb::Shim { id, bundle, log_file, runc, runc_root } = &cli.command {
+    if let Verb::Shim { id, bundle, log_file, runc, runc_root, stdin } = &cli.command {
         let args = kaji_runtime::shim::Args {
             root: cli.root.clone(),
             id: id.clone(),
@@ -128,6 +131,7 @@ fn main() -> anyhow::Result<()> {
             log: log_file.clone(),
             runc: runc.clone(),
             runc_root: runc_root.clone(),
+            stdin: *stdin,
         };
         std::process::exit(kaji_runtime::shim::main(args));
     }
@@ -144,7 +148,7 @@ fn main() -> anyhow::Result<()> {
     let rt = backend(&cli)?;
     match &cli.command {
         Verb::Create { id, bundle, pid_file, log_path } => {
-            let st = rt.create(id, bundle, &CreateOptions { log_path: log_path.clone() })?;
+            let st = rt.create(id, bundle, &CreateOptions { log_path: log_path.clone(), ..Default::default() })?;
             if let Some(f) = pid_file {
                 std::fs::write(f, st.pid.to_string()).with_context(|| format!("writing {}", f.display()))?;
             }
@@ -159,7 +163,7 @@ fn main() -> anyhow::Result<()> {
         Verb::Kill { id, signal } => rt.kill(id, parse_signal(signal.as_deref().unwrap_or("SIGTERM"))?)?,
         Verb::Delete { id, force } => rt.delete(id, *force)?,
         Verb::Run { id, bundle, log_path } => {
-            rt.create(id, bundle, &CreateOptions { log_path: log_path.clone() })?;
+            rt.create(id, bundle, &CreateOptions { log_path: log_path.clone(), ..Default::default() })?;
             rt.start(id)?;
             let exit = rt.wait(id, None)?;
             rt.delete(id, true)?;

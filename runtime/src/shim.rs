@@ -35,6 +35,8 @@ pub struct Args {
     /// Drive this OCI runtime binary instead of the native backend.
     pub runc: Option<PathBuf>,
     pub runc_root: Option<PathBuf>,
+    /// Give the container a stdin fifo (see [`stdin_fifo`]).
+    pub stdin: bool,
 }
 
 /// A launched container the shim now monitors.
@@ -43,6 +45,42 @@ struct Launched {
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     cgroups_path: Option<PathBuf>,
+    stdin: Option<Keeper>,
+}
+
+/// The shim's hold on the container's stdin: `keeper` is a write end of the fifo, so the process
+/// does not read end of file between attach sessions; a byte on `close` drops it.
+struct Keeper {
+    _keeper: OwnedFd,
+    close: File,
+}
+
+/// Creates the stdin fifo and its close fifo in the state dir. Returns the read end for the
+/// container's fd 0 and the shim's [`Keeper`]. The fifos live in the state dir, so they outlive
+/// any agent and go away with `delete`.
+fn stdin_fifo(dir: &Dir) -> Result<(OwnedFd, Keeper), Failure> {
+    use nix::sys::stat::Mode;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.stdin();
+    let fail = |what: &str, e: nix::Error| format!("failed to {what} {}: {e}", path.display());
+    nix::unistd::mkfifo(&path, Mode::from_bits_truncate(0o600)).map_err(|e| fail("create", e))?;
+    let open_err = |e: std::io::Error| format!("failed to open {}: {e}", path.display());
+    // Non-blocking so the open does not wait for a writer; the process then reads blocking.
+    let read = File::options().read(true).custom_flags(libc::O_NONBLOCK).open(&path).map_err(open_err)?;
+    let keeper = File::options().write(true).open(&path).map_err(open_err)?;
+    nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&read), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+        .map_err(|e| fail("configure", e))?;
+    let (read, keeper) = (OwnedFd::from(read), OwnedFd::from(keeper));
+    let close_path = dir.stdin_close();
+    nix::unistd::mkfifo(&close_path, Mode::from_bits_truncate(0o600))
+        .map_err(|e| format!("failed to create {}: {e}", close_path.display()))?;
+    // Read-write: opening never blocks, and polling it waits for a writer's byte.
+    let close = File::options()
+        .read(true)
+        .write(true)
+        .open(&close_path)
+        .map_err(|e| format!("failed to open {}: {e}", close_path.display()))?;
+    Ok((read, Keeper { _keeper: keeper, close }))
 }
 
 type Failure = String;
@@ -166,6 +204,10 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         }
     }
     let (out_pipe, err_pipe) = log_pipes(args)?;
+    let (stdin, keeper) = match args.stdin {
+        true => stdin_fifo(dir).map(|(r, k)| (Some(r), Some(k)))?,
+        false => (None, None),
+    };
     let (go_r, go_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
     let (rep_r, rep_w) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
@@ -222,6 +264,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                 spec: &spec,
                 rootfs: source,
                 plan: &plan,
+                stdin,
                 stdout,
                 stderr,
                 start,
@@ -234,7 +277,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             std::process::exit(1);
         }
         Forked::Parent(pid) => {
-            drop((go_r, rep_w, start, start_status));
+            drop((go_r, rep_w, start, start_status, stdin));
             let stdout = out_pipe.map(|(r, _w)| r);
             let stderr = err_pipe.map(|(r, _w)| r);
             let fail = |msg: String| -> Failure {
@@ -301,7 +344,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             let record =
                 Record { hooks: hooks.cloned(), ..record(args, pid, created, cgroups_path.clone(), "native", &spec) };
             state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
-            Ok(Launched { pid, stdout, stderr, cgroups_path })
+            Ok(Launched { pid, stdout, stderr, cgroups_path, stdin: keeper })
         }
     }
 }
@@ -338,6 +381,11 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
     sys::set_child_subreaper().map_err(|e| format!("failed to become subreaper: {e}"))?;
     let (out_pipe, err_pipe) = log_pipes(args)?;
+    // runc passes its own stdio through to the container process (no terminal).
+    let (stdin, keeper) = match args.stdin {
+        true => stdin_fifo(dir).map(|(r, k)| (Stdio::from(r), Some(k)))?,
+        false => (Stdio::null(), None),
+    };
     let stdio = |p: &Option<(OwnedFd, OwnedFd)>| -> Result<Stdio, Failure> {
         match p {
             Some((_, w)) => w.try_clone().map(Stdio::from).map_err(|e| format!("failed to dup log pipe: {e}")),
@@ -352,8 +400,10 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     }
     cmd.arg("--log").arg(&log).args(["--log-format", "json", "create", "--bundle"]).arg(&args.bundle);
     cmd.arg("--pid-file").arg(&pid_file).arg(&args.id);
-    cmd.stdin(Stdio::null()).stdout(stdio(&out_pipe)?).stderr(stdio(&err_pipe)?);
-    let status = cmd.status().map_err(|e| format!("failed to run {}: {e}", binary.display()))?;
+    cmd.stdin(stdin).stdout(stdio(&out_pipe)?).stderr(stdio(&err_pipe)?);
+    let status = cmd.status().map_err(|e| format!("failed to run {}: {e}", binary.display()));
+    drop(cmd);
+    let status = status?;
     let stdout = out_pipe.map(|(r, _w)| r);
     let stderr = err_pipe.map(|(r, _w)| r);
     if !status.success() {
@@ -368,7 +418,7 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let record =
         record(args, Pid::from_raw(pid), jiff::Timestamp::now().to_string(), cgroups_path.clone(), "runc", &spec);
     state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
-    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path })
+    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper })
 }
 
 /// The last error message in a runc JSON log.
@@ -417,6 +467,7 @@ fn monitor(args: &Args, l: Launched) -> Exit {
         .filter_map(|(fd, s)| fd.map(|fd| Pump { fd, writer: LineWriter::new(s), open: true }))
         .collect();
     let pidfd = sys::pidfd_open(l.pid).ok();
+    let mut stdin = l.stdin;
     loop {
         let mut fds: Vec<PollFd<'_>> = Vec::new();
         if let Some(p) = &pidfd {
@@ -425,6 +476,9 @@ fn monitor(args: &Args, l: Launched) -> Exit {
         for p in pumps.iter().filter(|p| p.open) {
             fds.push(PollFd::new(p.fd.as_fd(), PollFlags::POLLIN));
         }
+        if let Some(k) = &stdin {
+            fds.push(PollFd::new(k.close.as_fd(), PollFlags::POLLIN));
+        }
         if fds.is_empty() || nix::poll::poll(&mut fds, PollTimeout::NONE).is_err() {
             break;
         }
@@ -432,6 +486,10 @@ fn monitor(args: &Args, l: Launched) -> Exit {
         drop(fds);
         let offset = usize::from(pidfd.is_some());
         let exited = pidfd.is_some() && ready[0];
+        if stdin.is_some() && ready.last() == Some(&true) {
+            // stdinOnce: the process reads end of file once the writers still attached leave.
+            stdin = None;
+        }
         for (i, p) in (offset..).zip(pumps.iter_mut().filter(|p| p.open)) {
             if ready[i] {
                 p.read(&mut log);

@@ -139,6 +139,16 @@ impl Dir {
     pub fn start_status(&self) -> PathBuf {
         self.path.join("start.status")
     }
+    /// The container's stdin fifo (only with `CreateOptions::stdin`): its process reads it as
+    /// fd 0; writers are attach sessions. The shim holds a write end so it stays open between them.
+    pub fn stdin(&self) -> PathBuf {
+        self.path.join("stdin")
+    }
+    /// A byte written here makes the shim drop its write end of [`Dir::stdin`]: once the current
+    /// writers are gone the process reads end of file (`stdinOnce`).
+    pub fn stdin_close(&self) -> PathBuf {
+        self.path.join("stdin.close")
+    }
     /// Present from create until start: distinguishes created from running.
     pub fn created_marker(&self) -> PathBuf {
         self.path.join("created")

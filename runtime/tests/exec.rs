@@ -30,7 +30,7 @@ fn start(fx: &mut Fixture, rt: &dyn ContainerRuntime, id: &str) -> anyhow::Resul
     let bundle = fx.bundle(id, &spec)?;
     let log = fx.log_path(id);
     fx.created.push(id.to_string());
-    rt.create(id, &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+    rt.create(id, &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     rt.start(id)?;
     for _ in 0..500 {
         if stdout_of(&common::read_log(&log)).iter().any(|l| l == "ready") {

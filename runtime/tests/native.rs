@@ -159,7 +159,7 @@ fn pids_limit_stops_fork_and_cgroup_shows_cpu_and_memory_limits() -> anyhow::Res
     let bundle = fx.bundle("limits", &spec)?;
     fx.created.push("limits".into());
     let log = fx.log_path("limits");
-    rt.create("limits", &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+    rt.create("limits", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     let cg = |ctrl: &str, file: &str| -> String {
         let v1 = format!("/sys/fs/cgroup/{ctrl}/{}/limits/{file}", fx.cgroup_parent);
         std::fs::read_to_string(v1).unwrap_or_default().trim().to_string()
@@ -211,7 +211,7 @@ fn signals_reach_the_process_and_sigkill_is_137() -> anyhow::Result<()> {
     let bundle = fx.bundle("sig", &spec)?;
     fx.created.push("sig".into());
     let log = fx.log_path("sig");
-    rt.create("sig", &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+    rt.create("sig", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     assert_eq!(rt.state("sig")?.status, Status::Created);
     rt.start("sig")?;
     assert!(wait_for_log(&log, "ready"));
@@ -227,7 +227,7 @@ fn signals_reach_the_process_and_sigkill_is_137() -> anyhow::Result<()> {
     let bundle = fx.bundle("sig9", &spec)?;
     fx.created.push("sig9".into());
     let log = fx.log_path("sig9");
-    rt.create("sig9", &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+    rt.create("sig9", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     rt.start("sig9")?;
     assert!(wait_for_log(&log, "ready"));
     rt.kill("sig9", Signal::SIGKILL)?;
@@ -250,7 +250,7 @@ fn force_delete_of_a_running_container_leaves_nothing() -> anyhow::Result<()> {
     let bundle = fx.bundle("force", &spec)?;
     fx.created.push("force".into());
     let log = fx.log_path("force");
-    let st = rt.create("force", &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+    let st = rt.create("force", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     rt.start("force")?;
     assert!(wait_for_log(&log, "ready"));
     let record: serde_json::Value = serde_json::from_slice(&std::fs::read(fx.state_root.join("force/state.json"))?)?;

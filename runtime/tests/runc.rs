@@ -61,7 +61,7 @@ fn native_and_runc_give_the_same_observable_container() -> anyhow::Result<()> {
         let bundle = fx.bundle(id, &spec)?;
         let log = fx.log_path(id);
         fx.created.push(id.to_string());
-        rt.create(id, &bundle, &kaji_runtime::CreateOptions { log_path: Some(log.clone()) })?;
+        rt.create(id, &bundle, &kaji_runtime::CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
         let limits = cgroup_limits(&fx.cgroup_parent, id);
         rt.start(id)?;
         let exit = rt.wait(id, Some(std::time::Duration::from_secs(30)))?;

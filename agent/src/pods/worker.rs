@@ -478,6 +478,8 @@ impl Worker {
             termination_message_policy: c.termination_message_policy.clone().unwrap_or_else(|| "File".into()),
             created_at: Timestamp::now(),
             started_at: None,
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
         };
         let annotations = HashMap::from([
             ("io.kubernetes.pod.uid".to_string(), self.uid.clone()),

@@ -111,7 +111,7 @@ impl Fixture {
         let bundle = self.bundle(id, spec)?;
         let log = self.log_path(id);
         self.created.push(id.to_string());
-        rt.create(id, &bundle, &CreateOptions { log_path: Some(log.clone()) })?;
+        rt.create(id, &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
         rt.start(id)?;
         let exit = rt.wait(id, Some(std::time::Duration::from_secs(30)))?;
         rt.delete(id, false)?;
