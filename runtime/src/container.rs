@@ -178,8 +178,18 @@ impl Common {
 
     fn state(&self, id: &str) -> Result<State> {
         let (dir, record) = self.record(id)?;
-        let exit = state::read_json::<Exit>(&dir.exit())?;
+        let mut exit = state::read_json::<Exit>(&dir.exit())?;
         let alive = nix::sys::signal::kill(Pid::from_raw(record.pid), None).is_ok();
+        if exit.is_none() && !alive {
+            // The init is gone but its shim, still running, has not recorded the exit yet (it
+            // drains the logs first): wait for the record rather than report an exit without its
+            // code, which a caller would take for a kill.
+            let deadline = std::time::Instant::now() + EXIT_RECORD_WAIT;
+            while exit.is_none() && shim_running(record.shim_pid) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+                exit = state::read_json::<Exit>(&dir.exit())?;
+            }
+        }
         let status = state::status(exit.as_ref(), alive, dir.created_marker().exists());
         Ok(State {
             oci_version: state::OCI_VERSION.into(),
@@ -501,5 +511,42 @@ impl ContainerRuntime for Runc {
     }
     fn close_stdin(&self, id: &str) -> Result<()> {
         self.common.close_stdin(id)
+    }
+}
+
+/// How long `state` waits for a running shim to record the exit of an init that is gone.
+const EXIT_RECORD_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether the shim is still running (a zombie is not: it has nothing left to record).
+fn shim_running(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_process_counts_as_a_running_shim_and_nothing_else_does() {
+        assert!(shim_running(std::process::id() as i32));
+        assert!(!shim_running(0));
+        assert!(!shim_running(-1));
+        assert!(!shim_running(i32::MAX), "no such pid");
+        let mut child = Command::new("true").spawn().expect("spawn true");
+        let pid = child.id() as i32;
+        // Exited but not yet reaped: a zombie has nothing left to record.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while shim_running(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!shim_running(pid), "a zombie is not running");
+        child.wait().expect("reap");
     }
 }
