@@ -191,11 +191,14 @@ pub fn ensure(path: &Path, limits: &Limits) -> Result<()> {
     Ok(())
 }
 
-/// Removes the pod cgroup from every hierarchy (its containers' cgroups must be gone).
+/// Removes the pod cgroup, children first, from every hierarchy: what is still inside is killed
+/// and waited for (the runtime's `remove_dir`), and a hierarchy that fails does not stop the
+/// others — the first error is returned once all were tried.
 pub fn remove(path: &Path) -> Result<()> {
+    let mut first_error = None;
     for dir in kaji_runtime::cgroups::directories(path)? {
         // Children first: anything a crashed runtime left behind.
-        let mut stack = vec![dir.clone()];
+        let mut stack = vec![dir];
         let mut all = Vec::new();
         while let Some(d) = stack.pop() {
             for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
@@ -206,14 +209,12 @@ pub fn remove(path: &Path) -> Result<()> {
             all.push(d);
         }
         for d in all.iter().rev() {
-            match std::fs::remove_dir(d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(Error::Io { op: "remove", path: d.clone(), source }),
+            if let Err(e) = kaji_runtime::cgroups::remove_dir(d) {
+                first_error.get_or_insert(Error::Runtime(e));
             }
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Whether the cgroup still exists in any hierarchy.

@@ -318,8 +318,8 @@ pub fn remove(path: &Path) -> Result<()> {
 }
 
 /// SIGKILLs the processes in one cgroup directory and removes it, retrying while the killed
-/// processes exit (about a second at most; the usual case succeeds at once).
-fn remove_dir(dir: &Path) -> Result<()> {
+/// processes exit (about a second at most; the usual case succeeds at once). Not recursive.
+pub fn remove_dir(dir: &Path) -> Result<()> {
     let err = |source| Error::Remove { path: dir.to_path_buf(), source };
     let mut delay = std::time::Duration::from_millis(1);
     for _ in 0..10 {
