@@ -73,11 +73,7 @@ pub async fn serve(
     Query(query): Query<Vec<(String, String)>>,
     http: Request,
 ) -> Response {
-    let Some(p) = m
-        .pods()
-        .into_iter()
-        .find(|p| p.metadata.namespace.as_deref() == Some(&ns) && p.metadata.name.as_deref() == Some(&pod))
-    else {
+    let Some(p) = m.pod(&ns, &pod) else {
         return (StatusCode::NOT_FOUND, "pod does not exist").into_response();
     };
     let spec_stdin = p

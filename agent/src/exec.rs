@@ -107,11 +107,7 @@ pub async fn serve(
     Query(query): Query<Vec<(String, String)>>,
     http: HttpRequest,
 ) -> Response {
-    let Some(p) = m
-        .pods()
-        .into_iter()
-        .find(|p| p.metadata.namespace.as_deref() == Some(&ns) && p.metadata.name.as_deref() == Some(&pod))
-    else {
+    let Some(p) = m.pod(&ns, &pod) else {
         return error(StatusCode::NOT_FOUND, "pod does not exist");
     };
     let req = match Request::parse(&query) {

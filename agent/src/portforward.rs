@@ -46,11 +46,7 @@ struct Target {
 
 /// `GET|POST /portForward/{namespace}/{pod}`.
 pub async fn serve(State(m): State<Manager>, Path((ns, pod)): Path<(String, String)>, req: Request) -> Response {
-    let Some(p) = m
-        .pods()
-        .into_iter()
-        .find(|p| p.metadata.namespace.as_deref() == Some(&ns) && p.metadata.name.as_deref() == Some(&pod))
-    else {
+    let Some(p) = m.pod(&ns, &pod) else {
         return (StatusCode::NOT_FOUND, "pod does not exist").into_response();
     };
     let uid = p.metadata.uid.clone().unwrap_or_default();

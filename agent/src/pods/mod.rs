@@ -107,6 +107,14 @@ impl Manager {
         pods
     }
 
+    /// One pod of this node by namespace and name.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let pods = self.shared.pods.lock().ok()?;
+        pods.values()
+            .find(|p| p.metadata.namespace.as_deref() == Some(namespace) && p.metadata.name.as_deref() == Some(name))
+            .cloned()
+    }
+
     /// Watches this node's pods and drives their workers until `stop`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut adopt: HashMap<String, Vec<Meta>> = HashMap::new();
