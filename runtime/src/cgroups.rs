@@ -276,8 +276,10 @@ pub fn enter_self(path: &Path) -> Result<Option<Joined>> {
     Ok(Some(joined))
 }
 
-/// mkdir -p of `rel` under a hierarchy; in cpuset, each new level gets its parent's cpus and
-/// mems (a v1 cpuset cgroup starts empty and refuses tasks).
+/// mkdir -p of `rel` under a hierarchy; in cpuset, every level whose cpus or mems are empty
+/// gets its parent's (a v1 cpuset cgroup starts empty and refuses tasks with ENOSPC). Levels
+/// that already existed are checked too: another shim may have just created one and not yet
+/// filled it, and copying its empty values down would leave the whole subtree unusable.
 fn create(mount: &Path, rel: &Path, cpuset: bool) -> Result<()> {
     let mut dir = mount.to_path_buf();
     for part in rel.components() {
@@ -285,11 +287,15 @@ fn create(mount: &Path, rel: &Path, cpuset: bool) -> Result<()> {
         dir.push(part);
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(source) => return Err(Error::Join { pid: 0, path: dir, source }),
         }
         if cpuset {
             for file in ["cpuset.cpus", "cpuset.mems"] {
+                let own = std::fs::read_to_string(dir.join(file)).map_err(io_err(&dir))?;
+                if !own.trim().is_empty() {
+                    continue;
+                }
                 let value = std::fs::read_to_string(parent.join(file)).map_err(io_err(&parent))?;
                 std::fs::write(dir.join(file), value.trim()).map_err(io_err(&dir))?;
             }
@@ -388,6 +394,49 @@ mod tests {
         assert_eq!(parse_own_cgroup(own, "memory"), Some("/a/b"));
         assert_eq!(parse_own_cgroup(own, "cpuacct"), Some("/c"));
         assert_eq!(parse_own_cgroup(own, "pids"), None);
+    }
+
+    /// A level another shim created but has not filled yet (empty cpus and mems) must not be
+    /// copied down empty: the container below it would be refused with ENOSPC.
+    #[test]
+    fn cpuset_levels_created_by_someone_else_are_filled_before_use() -> anyhow::Result<()> {
+        if matches!(libcgroups::common::get_cgroup_setup()?, CgroupSetup::Unified) {
+            return Ok(()); // no v1 cpuset hierarchy on a cgroup v2 host; create() is v1 only
+        }
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let Some(cpuset) = parse_v1_mounts(&info).into_iter().find(|m| m.controllers.iter().any(|c| c == "cpuset"))
+        else {
+            anyhow::bail!("no v1 cpuset hierarchy on a v1/hybrid host");
+        };
+        let mount = cpuset.mount_point;
+        let top = PathBuf::from(format!("kaji-test-cpuset-{}", std::process::id()));
+        let read = |rel: &str, file: &str| -> std::io::Result<String> {
+            Ok(std::fs::read_to_string(mount.join(&top).join(rel).join(file))?.trim().to_string())
+        };
+        let run = || -> anyhow::Result<(bool, Vec<String>)> {
+            std::fs::create_dir(mount.join(&top))?;
+            // The racing creator's level, still empty (clone_children is 0 by default).
+            std::fs::create_dir(mount.join(&top).join("a"))?;
+            let empty_before = read("a", "cpuset.cpus")?.is_empty();
+            create(&mount, &top.join("a/b"), true)?;
+            let values = ["", "a", "a/b"]
+                .iter()
+                .map(|l| Ok(read(l, "cpuset.cpus")? + "|" + &read(l, "cpuset.mems")?))
+                .collect::<std::io::Result<_>>()?;
+            Ok((empty_before, values))
+        };
+        let result = run();
+        for rel in ["a/b", "a", ""] {
+            let _ = std::fs::remove_dir(mount.join(&top).join(rel));
+        }
+        let (empty_before, values) = result?;
+        assert!(empty_before, "a new cpuset cgroup starts empty here: {values:?}");
+        let root = |file: &str| -> std::io::Result<String> {
+            Ok(std::fs::read_to_string(mount.join(file))?.trim().to_string())
+        };
+        let expected = format!("{}|{}", root("cpuset.cpus")?, root("cpuset.mems")?);
+        assert!(values.iter().all(|v| *v == expected), "every level gets the root's {expected}: {values:?}");
+        Ok(())
     }
 
     #[test]
