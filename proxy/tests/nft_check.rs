@@ -84,10 +84,12 @@ fn partial_syncs_end_where_a_full_sync_does() {
     assert!(partial.restored && !partial.full && partial.chains_deleted > 0, "{partial:?}");
     assert_eq!(ns.nft_objects(), fresh(&b));
 
-    // Only endpoints change: no element does, the old endpoint chain goes all the same.
+    // Only an endpoint changes: its service chain is rewritten, no chain is deleted, and only
+    // the hairpin set's elements change (the old address out, the new one in).
     let c = model(vec![svc(1, &[1, 4]), svc(2, &[]), svc(4, &[7]), svc(5, &[1, 2])]);
     let partial = syncer.sync(&c, false).expect("endpoint-only partial sync");
-    assert_eq!((partial.chains_deleted, partial.elements_written), (1, 0), "{partial:?}");
+    let counts = (partial.chains_written, partial.chains_deleted, partial.elements_written);
+    assert_eq!(counts, (1, 0, 2), "{partial:?}");
     assert_eq!(ns.nft_objects(), fresh(&c));
     let full = syncer.sync(&c, true).expect("full resync");
     assert_eq!(full.chains_deleted, 0, "{full:?}");
@@ -139,28 +141,28 @@ fn a_kernel_refusing_to_delete_stale_chains_leaves_them_empty_and_deletes_them_l
     let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
     let mut syncer = Syncer::new(Nft::with_prefix(vec![path(&script), ns.name.clone(), path(&flag)]));
 
-    let a = model(vec![svc(1, &[1, 2, 3]), svc(2, &[1])]);
+    let a = model(vec![svc(3, &[1, 2, 3]), svc(2, &[1])]);
     syncer.sync(&a, false).expect("first sync");
     std::fs::write(&flag, "").expect("set the flag");
-    // svc1 loses endpoint 2: its chain cannot be deleted, the rest applies all the same.
-    let b = model(vec![svc(1, &[1, 3]), svc(2, &[1])]);
+    // svc3 (session affinity: a chain per endpoint) loses endpoint 2: its chain cannot be deleted, the rest applies all the same.
+    let b = model(vec![svc(3, &[1, 3]), svc(2, &[1])]);
     let out = syncer.sync(&b, false).expect("the sync is retried without the delete");
     assert!(out.restored && !out.full && out.chains_deleted == 0, "{out:?}");
     assert_eq!(syncer.undeleted_chains().len(), 1, "{:?}", syncer.undeleted_chains());
     let want = fresh(&b);
     let extra: Vec<String> = ns.nft_objects().into_iter().filter(|l| !want.contains(l)).collect();
     assert_eq!(extra.len(), 1, "only the old endpoint chain is left, empty: {extra:?}");
-    assert!(extra[0].starts_with("chain endpoint-") && extra[0].contains("10.244.1.2/80"), "{extra:?}");
+    assert!(extra[0].starts_with("chain endpoint-") && extra[0].contains("10.244.3.2/80"), "{extra:?}");
 
     // Still refused: later syncs keep applying (a full one too).
-    let c = model(vec![svc(1, &[1, 3]), svc(2, &[1, 4])]);
+    let c = model(vec![svc(3, &[1, 3]), svc(2, &[1, 4])]);
     syncer.sync(&c, false).expect("partial sync while the kernel refuses");
     syncer.sync(&c, true).expect("full sync while the kernel refuses");
     assert_eq!(syncer.undeleted_chains().len(), 1);
 
     // Once the kernel lets go, the next transaction deletes the leftover.
     std::fs::remove_file(&flag).expect("clear the flag");
-    let d = model(vec![svc(1, &[1, 3]), svc(2, &[4])]);
+    let d = model(vec![svc(3, &[1, 3]), svc(2, &[4])]);
     syncer.sync(&d, false).expect("partial sync");
     assert!(syncer.undeleted_chains().is_empty());
     assert_eq!(ns.nft_objects(), fresh(&d));

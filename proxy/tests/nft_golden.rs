@@ -52,8 +52,9 @@ fn endpoints_are_chosen_with_one_over_remaining() {
         .map(|r| r.split(' ').next().unwrap_or(""))
         .collect();
     assert_eq!(mods, ["5", "4", "3", "2"]);
-    let gotos = out.lines().filter(|l| l.trim().starts_with("goto endpoint-")).count();
-    assert_eq!(gotos, 1, "the last endpoint is unconditional:\n{out}");
+    let last = out.lines().filter(|l| l.trim().starts_with("meta l4proto tcp dnat to ")).count();
+    assert_eq!(last, 1, "the last endpoint is unconditional:\n{out}");
+    assert!(!out.contains("chain endpoint-"), "no affinity, no endpoint chains:\n{out}");
 }
 
 #[test]
@@ -84,7 +85,7 @@ fn an_unchanged_model_plans_nothing() {
 }
 
 #[test]
-fn replacing_an_endpoint_rewrites_its_service_chain_then_deletes_the_old_endpoint_chain() {
+fn replacing_an_endpoint_rewrites_its_service_chain_and_the_hairpin_set() {
     let before = model(vec![web()]);
     let mut changed = web();
     changed.endpoints[0] = ep("10.244.1.9", 8080);
@@ -93,21 +94,40 @@ fn replacing_an_endpoint_rewrites_its_service_chain_then_deletes_the_old_endpoin
         text(&p),
         "flush chain ip kaji-proxy service-DK7ABAZC-ns1/web/tcp/http\n\
          table ip kaji-proxy {\n\
-         \tchain endpoint-2JLGCGR2-ns1/web/tcp/http__10.244.1.9/8080 {\n\
-         \t\tip saddr 10.244.1.9 jump mark-for-masquerade\n\
-         \t\tmeta l4proto tcp dnat to 10.244.1.9:8080\n\
-         \t}\n\
          \tchain service-DK7ABAZC-ns1/web/tcp/http {\n\
          \t\tip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade\n\
-         \t\tnumgen random mod 3 == 0 goto endpoint-2JLGCGR2-ns1/web/tcp/http__10.244.1.9/8080\n\
-         \t\tnumgen random mod 2 == 0 goto endpoint-5VGXRQ35-ns1/web/tcp/http__10.244.2.2/8080\n\
-         \t\tgoto endpoint-QJ23PN4X-ns1/web/tcp/http__10.244.3.2/8080\n\
+         \t\tnumgen random mod 3 == 0 meta l4proto tcp dnat to 10.244.1.9:8080\n\
+         \t\tnumgen random mod 2 == 0 meta l4proto tcp dnat to 10.244.2.2:8080\n\
+         \t\tmeta l4proto tcp dnat to 10.244.3.2:8080\n\
          \t}\n\
          }\n\
-         flush chain ip kaji-proxy endpoint-R6EW3KCZ-ns1/web/tcp/http__10.244.1.2/8080\n\
-         delete chain ip kaji-proxy endpoint-R6EW3KCZ-ns1/web/tcp/http__10.244.1.2/8080\n"
+         delete element ip kaji-proxy hairpin {\n\
+         \t\t10.244.1.2 . 10.244.1.2,\n\
+         \t}\n\
+         add set ip kaji-proxy hairpin { type ipv4_addr . ipv4_addr; \
+         comment \"endpoints, to masquerade traffic they send themselves\"; elements = {\n\
+         \t\t10.244.1.9 . 10.244.1.9,\n\
+         \t}; }\n"
     );
-    assert!(p.delete_elements.is_empty() && p.add_elements.is_empty(), "{p:?}");
+    assert!(p.stale_chains.is_empty(), "{p:?}");
+}
+
+#[test]
+fn with_session_affinity_replacing_an_endpoint_deletes_its_chain_and_set() {
+    let affine = || ServicePort { affinity_timeout: Some(10800), ..web() };
+    let before = model(vec![affine()]);
+    let mut changed = affine();
+    changed.endpoints[0] = ep("10.244.1.9", 8080);
+    let p = plan(&applied(&before), &model(vec![changed]));
+    let out = text(&p);
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} missing from:\n{out}"));
+    let new_set = at("\tset affinity-2JLGCGR2-ns1/web/tcp/http__10.244.1.9/8080 {");
+    let new_chain = at("\tchain endpoint-2JLGCGR2-ns1/web/tcp/http__10.244.1.9/8080 {");
+    let service = at("\tchain service-DK7ABAZC-ns1/web/tcp/http {");
+    let delete = at("delete chain ip kaji-proxy endpoint-R6EW3KCZ-ns1/web/tcp/http__10.244.1.2/8080");
+    let delete_set = at("delete set ip kaji-proxy affinity-R6EW3KCZ-ns1/web/tcp/http__10.244.1.2/8080");
+    assert!(new_set < new_chain && new_chain < service && service < delete && delete < delete_set, "{out}");
+    assert_eq!(p.stale_chains.len(), 1, "{p:?}");
 }
 
 #[test]
@@ -123,12 +143,13 @@ fn removing_a_service_deletes_its_elements_then_its_chains() {
     let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} missing from:\n{out}"));
     let element = at("delete element ip kaji-proxy service-ips {\n\t\t10.96.0.99 . tcp . 80,\n\t}");
     let nodeport = at("delete element ip kaji-proxy service-nodeports {\n\t\ttcp . 30099,\n\t}");
-    let flush = at("flush chain ip kaji-proxy endpoint-");
+    let flush = at("flush chain ip kaji-proxy service-");
     let last_flush = out.rfind("flush chain").expect("flushes");
     let delete = at("delete chain ip kaji-proxy ");
     assert!(element < flush && nodeport < flush && last_flush < delete, "{out}");
-    assert_eq!(p.stale_chains.len(), 3, "endpoint, service and external chain: {p:?}");
-    assert_eq!(out.matches("delete chain").count(), 3, "{out}");
+    assert_eq!(p.stale_chains.len(), 2, "service and external chain: {p:?}");
+    assert_eq!(out.matches("delete chain").count(), 2, "{out}");
+    assert!(out.contains("delete element ip kaji-proxy hairpin {\n\t\t10.244.9.9 . 10.244.9.9,\n\t}"), "{out}");
     assert!(!out.contains("add map") && !out.contains("table ip"), "nothing to add:\n{out}");
 }
 
@@ -140,7 +161,8 @@ fn losing_every_endpoint_moves_the_cluster_ip_to_the_reject_map() {
     let out = text(&p);
     assert!(out.contains("delete element ip kaji-proxy service-ips {\n\t\t10.96.0.10 . tcp . 80,\n\t}"), "{out}");
     assert!(out.contains("\t\t10.96.0.10 . tcp . 80 comment \"ns1/web:http\" : goto reject-chain,\n"), "{out}");
-    assert_eq!(p.stale_chains.len(), 4, "the service chain and three endpoint chains: {out}");
+    assert_eq!(p.stale_chains.len(), 1, "the service chain: {out}");
+    assert!(out.contains("delete element ip kaji-proxy hairpin {"), "{out}");
 }
 
 #[test]

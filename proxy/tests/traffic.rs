@@ -95,7 +95,12 @@ fn model(ready: [bool; 3]) -> Model {
         ..ServicePort::new("demo", "web", "http", "10.96.0.10".parse().expect("ip"), 80)
     };
     let empty = ServicePort::new("demo", "empty", "", "10.96.0.20".parse().expect("ip"), 80);
-    Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services: vec![empty, web] }
+    // One endpoint, the first backend: a client there reaching the service reaches itself.
+    let own = ServicePort {
+        endpoints: vec![Endpoint::ready(BACKENDS[0].parse().expect("ip"), 8080, false)],
+        ..ServicePort::new("demo", "own", "", "10.96.0.30".parse().expect("ip"), 80)
+    };
+    Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services: vec![empty, web, own] }
 }
 
 #[test]
@@ -116,6 +121,8 @@ fn spreads_follows_readiness_serves_node_ports_and_cleans_up(mode: &str) {
     node.sh(&["ip", "addr", "add", "10.244.0.1/24", "dev", "kp-node"]);
     node.sh(&["ip", "link", "set", "kp-node", "up"]);
     node.sh(&["ip", "route", "add", "10.96.0.0/16", "dev", "kp-node"]);
+    // The node routes hairpin traffic back to the pods namespace (this namespace only).
+    node.sh(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
     for (i, ip) in BACKENDS.iter().enumerate() {
         let prefix = if i == 0 { "/24" } else { "/32" };
         pods.sh(&["ip", "addr", "add", &format!("{ip}{prefix}"), "dev", "kp-pod"]);
@@ -144,6 +151,20 @@ fn spreads_follows_readiness_serves_node_ports_and_cleans_up(mode: &str) {
     for (backend, n) in &counts {
         assert!((50..=150).contains(n), "uneven spread to {backend}: {counts:?}");
     }
+
+    // Hairpin: from the first backend's address (the primary one, so the default source) to a
+    // service whose only endpoint it is. Without masquerading, the backend would get its own
+    // address as the source and the connection would never complete.
+    let answer = pods.run(|| {
+        let mut s = TcpStream::connect_timeout(&"10.96.0.30:80".parse().expect("addr"), Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("hairpin connect: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(3))).expect("read timeout");
+        let mut who = String::new();
+        s.read_to_string(&mut who).unwrap_or_else(|e| panic!("hairpin read: {e}"));
+        (s.local_addr().expect("local address"), who)
+    });
+    assert_eq!(answer.0.ip().to_string(), BACKENDS[0], "{answer:?}");
+    assert_eq!(answer.1, BACKENDS[0], "{answer:?}");
 
     // The first backend turns not-ready: a partial sync moves all new traffic off it.
     let outcome = syncer.sync(model([false, true, true]), false).expect("partial sync");

@@ -147,6 +147,9 @@ pub fn stale_listed(listed_chains: Vec<String>, listed_sets: Vec<String>, model:
     for name in FIXED_CHAINS {
         chains.remove(name);
     }
+    for map in Map::ALL {
+        sets.remove(map.name());
+    }
     for sp in &model.services {
         let (c, s) = object_names(sp);
         for name in c {

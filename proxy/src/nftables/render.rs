@@ -1,6 +1,11 @@
 //! The pure core of the nftables mode: a service port in, the chains, affinity sets and map
 //! elements it owns in table `ip kaji-proxy` out — kube-proxy's nftables layout (KEP-3866),
-//! rendered from the same `Model` and endpoint policy as the iptables mode.
+//! rendered from the same `Model` and endpoint policy as the iptables mode, with one
+//! difference: a service without session affinity DNATs in its own chain, with no chain per
+//! endpoint, and hairpin traffic is found by one `ip saddr . ip daddr` set in postrouting.
+//! nft 1.0.6 lists every chain of the table before any transaction that adds a rule, so the
+//! chain count is what a one-service change costs: 61,011 chains at 10,000 services × 5
+//! endpoints in kube-proxy's layout, 11,000 in this one.
 
 use crate::model::{Endpoint, Model, Protocol, ServicePort};
 use crate::names;
@@ -20,7 +25,7 @@ pub const MARK_MASQ_CHAIN: &str = "mark-for-masquerade";
 /// Jumped to (via the no-endpoint maps) by traffic to a service without endpoints.
 pub const REJECT_CHAIN: &str = "reject-chain";
 
-/// The verdict maps the dispatch chains look traffic up in.
+/// The verdict maps the dispatch chains look traffic up in, and the hairpin set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Map {
     /// ClusterIP and external IP traffic: `ip . proto . port` → the service's chain.
@@ -31,11 +36,16 @@ pub enum Map {
     NoEndpointServices,
     /// NodePorts with nowhere to send traffic.
     NoEndpointNodePorts,
+    /// A set, not a map: `ip . ip` for every endpoint address. Traffic DNATed back to the pod
+    /// it came from (source = destination, one of these) is masqueraded in postrouting, or the
+    /// pod would answer itself directly and drop the reply as unknown — what kube-proxy does
+    /// with an `ip saddr <endpoint>` rule in each endpoint chain.
+    Hairpin,
 }
 
 impl Map {
-    pub const ALL: [Map; 4] =
-        [Map::ServiceIps, Map::ServiceNodePorts, Map::NoEndpointServices, Map::NoEndpointNodePorts];
+    pub const ALL: [Map; 5] =
+        [Map::ServiceIps, Map::ServiceNodePorts, Map::NoEndpointServices, Map::NoEndpointNodePorts, Map::Hairpin];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -43,6 +53,15 @@ impl Map {
             Map::ServiceNodePorts => "service-nodeports",
             Map::NoEndpointServices => "no-endpoint-services",
             Map::NoEndpointNodePorts => "no-endpoint-nodeports",
+            Map::Hairpin => "hairpin",
+        }
+    }
+
+    /// `map` or `set`, as nft's commands name it.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Map::Hairpin => "set",
+            _ => "map",
         }
     }
 
@@ -60,15 +79,18 @@ impl Map {
             Map::NoEndpointNodePorts => {
                 "type inet_proto . inet_service : verdict; comment \"drop or reject NodePort traffic without endpoints\";"
             }
+            Map::Hairpin => "type ipv4_addr . ipv4_addr; comment \"endpoints, to masquerade traffic they send themselves\";",
         }
     }
 }
 
-/// A map element's key: `ip . proto . port` (service IPs) or `proto . port` (NodePorts).
+/// A map element's key: `ip . proto . port` (service IPs), `proto . port` (NodePorts), or an
+/// endpoint's `ip . ip` (the hairpin set).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Key {
     Ip(Ipv4Addr, Protocol, u16),
     Port(Protocol, u16),
+    Hairpin(Ipv4Addr),
 }
 
 impl fmt::Display for Key {
@@ -76,6 +98,7 @@ impl fmt::Display for Key {
         match self {
             Key::Ip(ip, proto, port) => write!(f, "{ip} . {proto} . {port}"),
             Key::Port(proto, port) => write!(f, "{proto} . {port}"),
+            Key::Hairpin(ip) => write!(f, "{ip} . {ip}"),
         }
     }
 }
@@ -91,6 +114,8 @@ pub enum Verdict {
     /// `drop`, commented with the service port: it has endpoints, none on this node, and the
     /// policy is Local (as the iptables mode's filter rules do).
     Drop(Arc<str>),
+    /// A set element: no value.
+    Member,
 }
 
 impl fmt::Display for Verdict {
@@ -100,6 +125,7 @@ impl fmt::Display for Verdict {
             Verdict::Goto(prefix, base) => write!(f, ": goto {prefix}-{base}"),
             Verdict::Reject(id) => write!(f, "comment \"{id}\" : goto {REJECT_CHAIN}"),
             Verdict::Drop(id) => write!(f, "comment \"{id}\" : drop"),
+            Verdict::Member => Ok(()),
         }
     }
 }
@@ -128,8 +154,9 @@ impl Chain {
     }
 }
 
-/// What one service port owns in the table, in the order it must be created: affinity sets,
-/// endpoint chains, the policy chains that go to them, the external chain that goes to those.
+/// What one service port owns in the table, in the order it must be created: affinity sets and
+/// endpoint chains (with session affinity only), the policy chains, the external chain that
+/// goes to those.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceObjects {
     pub sets: Vec<String>,
@@ -142,12 +169,12 @@ pub fn object_names(sp: &ServicePort) -> (Vec<String>, Vec<String>) {
     let policy = sp.policy();
     let mut chains = Vec::new();
     let mut sets = Vec::new();
-    for ep in policy.reachable() {
-        let b = names::nft_endpoint(sp, ep);
-        if sp.affinity_timeout.is_some() {
+    if sp.affinity_timeout.is_some() {
+        for ep in policy.reachable() {
+            let b = names::nft_endpoint(sp, ep);
             sets.push(format!("affinity-{b}"));
+            chains.push(format!("endpoint-{b}"));
         }
-        chains.push(format!("endpoint-{b}"));
     }
     if !policy.cluster.is_empty() {
         chains.push(format!("service-{base}"));
@@ -166,20 +193,21 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
     let base = names::nft_service(sp);
     let policy = sp.policy();
     let proto = sp.protocol.as_str();
-    let reachable: Vec<(&Endpoint, String)> =
-        policy.reachable().into_iter().map(|e| (e, names::nft_endpoint(sp, e))).collect();
     let mut objects = ServiceObjects::default();
 
-    // One chain per endpoint: hairpin masquerade, affinity bookkeeping, DNAT.
-    for (ep, b) in &reachable {
-        let mut c = Chain::new(format!("endpoint-{b}"));
-        c.add(format_args!("ip saddr {} jump {MARK_MASQ_CHAIN}", ep.ip));
-        if let Some(timeout) = sp.affinity_timeout {
+    // With session affinity, one chain per endpoint: the client remembered, then DNAT.
+    let reachable: Vec<(&Endpoint, String)> = match sp.affinity_timeout {
+        Some(_) => policy.reachable().into_iter().map(|e| (e, names::nft_endpoint(sp, e))).collect(),
+        None => Vec::new(),
+    };
+    if let Some(timeout) = sp.affinity_timeout {
+        for (ep, b) in &reachable {
+            let mut c = Chain::new(format!("endpoint-{b}"));
             objects.sets.push(format!("affinity-{b}"));
             c.add(format_args!("update @affinity-{b} {{ ip saddr timeout {timeout}s }}"));
+            c.add(format_args!("meta l4proto {proto} dnat to {}:{}", ep.ip, ep.port));
+            objects.chains.push(c);
         }
-        c.add(format_args!("meta l4proto {proto} dnat to {}:{}", ep.ip, ep.port));
-        objects.chains.push(c);
     }
 
     // The policy chains: masquerade rule (internal policy chain only), then endpoint choice.
@@ -191,12 +219,12 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
             c.add(format_args!("{dst} ip saddr != {cidr} jump {MARK_MASQ_CHAIN}"));
         }
     };
-    let endpoint_base = |e: &Endpoint| -> &str {
-        reachable
-            .iter()
-            .find(|(r, _)| (r.ip, r.port) == (e.ip, e.port))
-            .map(|(_, b)| b.as_str())
-            .expect("policy endpoints are all reachable")
+    // Where a chosen endpoint's traffic goes: its chain (affinity), or DNAT right here.
+    let target = |e: &Endpoint| -> String {
+        match reachable.iter().find(|(r, _)| (r.ip, r.port) == (e.ip, e.port)) {
+            Some((_, b)) => format!("goto endpoint-{b}"),
+            None => format!("meta l4proto {proto} dnat to {}:{}", e.ip, e.port),
+        }
     };
     for (prefix, eps, internal) in
         [("service", &policy.cluster, !sp.internal_local), ("local", &policy.local, sp.internal_local)]
@@ -208,8 +236,14 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
         if internal {
             masquerade(&mut c);
         }
-        let bases: Vec<&str> = eps.iter().map(|e| endpoint_base(e)).collect();
-        select_endpoint(&mut c, sp.affinity_timeout.is_some(), &bases);
+        // Session affinity first: a client seen recently goes where it went before.
+        for e in eps.iter() {
+            if let Some((_, b)) = reachable.iter().find(|(r, _)| (r.ip, r.port) == (e.ip, e.port)) {
+                c.add(format_args!("ip saddr @affinity-{b} goto endpoint-{b}"));
+            }
+        }
+        let targets: Vec<String> = eps.iter().map(|e| target(e)).collect();
+        select_endpoint(&mut c, &targets);
         objects.chains.push(c);
     }
 
@@ -236,23 +270,18 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
     objects
 }
 
-/// Session affinity first (a client seen recently goes where it went before), then a uniform
-/// random choice: endpoint i of n is taken with probability 1/(n-i), so each gets 1/n overall
-/// — the iptables mode's `statistic` cascade, as `numgen` rules. (One `numgen random mod n vmap
-/// { ... }` rule per service, as kube-proxy writes it, makes an anonymous set per service, and
-/// the kernel walks the whole transaction to bind each one: 68 s for 10,000 services.)
-fn select_endpoint(c: &mut Chain, affinity: bool, bases: &[&str]) {
-    if affinity {
-        for b in bases {
-            c.add(format_args!("ip saddr @affinity-{b} goto endpoint-{b}"));
-        }
-    }
-    let n = bases.len();
-    for (i, b) in bases.iter().enumerate() {
+/// A uniform random choice: endpoint i of n is taken with probability 1/(n-i), so each gets
+/// 1/n overall — the iptables mode's `statistic` cascade, as `numgen` rules. (One `numgen
+/// random mod n vmap { ... }` rule per service, as kube-proxy writes it, makes an anonymous set
+/// per service, and the kernel walks the whole transaction to bind each one: 68 s for 10,000
+/// services; named maps per service cost 0.4 ms each in the kernel.)
+fn select_endpoint(c: &mut Chain, targets: &[String]) {
+    let n = targets.len();
+    for (i, t) in targets.iter().enumerate() {
         if i + 1 < n {
-            c.add(format_args!("numgen random mod {} == 0 goto endpoint-{b}", n - i));
+            c.add(format_args!("numgen random mod {} == 0 {t}", n - i));
         } else {
-            c.add(format_args!("goto endpoint-{b}"));
+            c.add(format_args!("{t}"));
         }
     }
 }
@@ -299,13 +328,16 @@ pub fn service_elements(sp: &ServicePort, mut add: impl FnMut(Map, Key, Verdict)
     }
 }
 
-/// Every element of `model`. Two service ports claiming the same key (two services listing one
+/// Every element of `model`, the hairpin set's included. Two service ports claiming the same key (two services listing one
 /// external IP and port) cannot both have it: the first in model order keeps it, as the first
 /// iptables rule would win, and the other is reported.
 pub fn elements(model: &Model) -> (Elements, Vec<String>) {
     let mut all = Elements::new();
     let mut conflicts = Vec::new();
     for sp in &model.services {
+        for ep in sp.policy().reachable() {
+            all.insert((Map::Hairpin, Key::Hairpin(ep.ip)), Verdict::Member);
+        }
         service_elements(sp, |map, key, verdict| match all.entry((map, key)) {
             btree_map::Entry::Vacant(v) => {
                 v.insert(verdict);

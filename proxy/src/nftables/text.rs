@@ -58,7 +58,13 @@ fn fixed_rules() -> [(&'static str, String); 11] {
         ("endpoints-check", dispatch(Map::NoEndpointServices.name(), Map::NoEndpointNodePorts.name())),
         ("nat-prerouting", "\t\tjump services\n".into()),
         ("nat-output", "\t\tjump services\n".into()),
-        ("nat-postrouting", "\t\tjump masquerading\n".into()),
+        (
+            "nat-postrouting",
+            format!(
+                "\t\tct status dnat ip saddr . ip daddr @{} jump {MARK_MASQ_CHAIN}\n\t\tjump masquerading\n",
+                Map::Hairpin.name()
+            ),
+        ),
         ("filter-input", "\t\tct state new jump endpoints-check\n".into()),
         ("filter-forward", "\t\tct state new jump endpoints-check\n".into()),
         ("filter-output", "\t\tct state new jump endpoints-check\n".into()),
@@ -184,7 +190,7 @@ impl<W: io::Write> Tx<W> {
         Ok(())
     }
 
-    /// Adds elements with `add map` (which declares the map as it is, then adds to it).
+    /// Adds elements with `add map`/`add set` (which declares it as it is, then adds to it).
     pub fn add_elements<'e>(
         &mut self,
         map: Map,
@@ -194,9 +200,13 @@ impl<W: io::Write> Tx<W> {
         if elements.peek().is_none() {
             return Ok(());
         }
-        self.command(format_args!("add map ip {TABLE} {} {{ {} elements = {{", map.name(), map.spec()));
+        self.command(format_args!("add {} ip {TABLE} {} {{ {} elements = {{", map.keyword(), map.name(), map.spec()));
         for (key, v) in elements {
-            let _ = writeln!(self.buf, "\t\t{key} {v},");
+            match v {
+                Verdict::Member => writeln!(self.buf, "\t\t{key},"),
+                _ => writeln!(self.buf, "\t\t{key} {v},"),
+            }
+            .ok();
             self.counts.elements_written += 1;
             self.spill()?;
         }
@@ -220,8 +230,8 @@ impl<W: io::Write> Tx<W> {
             self.command(format_args!("add chain ip {TABLE} {name} {{ {spec} }}"));
         }
         for map in Map::ALL {
-            self.command(format_args!("add map ip {TABLE} {} {{ {} }}", map.name(), map.spec()));
-            self.command(format_args!("flush map ip {TABLE} {}", map.name()));
+            self.command(format_args!("add {} ip {TABLE} {} {{ {} }}", map.keyword(), map.name(), map.spec()));
+            self.command(format_args!("flush {} ip {TABLE} {}", map.keyword(), map.name()));
         }
         for (name, rules) in fixed_rules() {
             self.chain_rules(name, &rules)?;
