@@ -8,15 +8,15 @@ use common::golden::assert_golden;
 use common::models::{ep, golden_models, ip, model, web};
 use kaji_proxy::model::{Model, Protocol, ServicePort};
 use kaji_proxy::nftables::plan::{self, Applied, Partial};
-use kaji_proxy::nftables::render::{elements, render, Key, Map};
+use kaji_proxy::nftables::render::{elements, hairpin, render, Key, Map};
 use kaji_proxy::nftables::text::Tx;
 
 fn applied(m: &Model) -> Applied {
-    Applied { model: m.clone(), elements: elements(m).0 }
+    Applied { model: m.clone(), elements: elements(m).0, hairpin: hairpin(m) }
 }
 
 fn plan(before: &Applied, after: &Model) -> Partial {
-    plan::partial(before, after, &elements(after).0)
+    plan::partial(before, after, &elements(after).0, &hairpin(after))
 }
 
 fn text(p: &Partial) -> String {

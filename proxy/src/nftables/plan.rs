@@ -3,15 +3,19 @@
 //! deleted after the rules and map elements that referred to them.
 
 use crate::model::{Model, Protocol, ServicePort};
-use crate::nftables::render::{object_names, service_objects, Chain, Elements, Key, Map, ServiceObjects, Verdict};
+use crate::nftables::render::{
+    object_names, service_objects, Chain, Elements, Hairpin, Key, Map, ServiceObjects, Verdict,
+};
 use crate::nftables::text::FIXED_CHAINS;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::Ipv4Addr;
 
 /// What the kernel holds after the last successful transaction.
 #[derive(Clone, Debug, Default)]
 pub struct Applied {
     pub model: Model,
     pub elements: Elements,
+    pub hairpin: Hairpin,
 }
 
 /// A partial sync's changes.
@@ -25,6 +29,9 @@ pub struct Partial {
     pub chains: Vec<Chain>,
     pub delete_elements: Vec<(Map, Key)>,
     pub add_elements: Vec<(Map, Key, Verdict)>,
+    /// Endpoint addresses leaving and joining the hairpin set.
+    pub delete_hairpin: Vec<Ipv4Addr>,
+    pub add_hairpin: Vec<Ipv4Addr>,
     /// Chains no service port has any more: emptied, then deleted.
     pub stale_chains: Vec<String>,
     /// Affinity sets no endpoint has any more.
@@ -41,6 +48,8 @@ impl Partial {
             && self.chains.is_empty()
             && self.delete_elements.is_empty()
             && self.add_elements.is_empty()
+            && self.delete_hairpin.is_empty()
+            && self.add_hairpin.is_empty()
             && self.stale_chains.is_empty()
             && self.stale_sets.is_empty()
     }
@@ -56,9 +65,10 @@ fn index(model: &Model) -> HashMap<PortKey<'_>, &ServicePort> {
     model.services.iter().map(|sp| (key(sp), sp)).collect()
 }
 
-/// The partial sync from `applied` to `model` (whose elements are `elements`). Both models must
+/// The partial sync from `applied` to `model` (whose elements are `elements`, hairpin set
+/// `hairpin`). Both models must
 /// have the same masquerade settings (otherwise every chain changes: sync fully).
-pub fn partial(applied: &Applied, model: &Model, elements: &Elements) -> Partial {
+pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &Hairpin) -> Partial {
     let mut p = Partial::default();
     let old = index(&applied.model);
     let mut seen = HashSet::with_capacity(model.services.len());
@@ -88,6 +98,8 @@ pub fn partial(applied: &Applied, model: &Model, elements: &Elements) -> Partial
             p.add_elements.push((mk.0, mk.1, v.clone()));
         }
     }
+    p.delete_hairpin = applied.hairpin.difference(hairpin).copied().collect();
+    p.add_hairpin = hairpin.difference(&applied.hairpin).copied().collect();
     p
 }
 

@@ -9,7 +9,7 @@
 
 use crate::model::{Endpoint, Model, Protocol, ServicePort};
 use crate::names;
-use std::collections::{btree_map, BTreeMap};
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -36,7 +36,8 @@ pub enum Map {
     NoEndpointServices,
     /// NodePorts with nowhere to send traffic.
     NoEndpointNodePorts,
-    /// A set, not a map: `ip . ip` for every endpoint address. Traffic DNATed back to the pod
+    /// A set, not a map (its elements are [`Hairpin`], not in [`Elements`]): `ip . ip` for every
+    /// endpoint address. Traffic DNATed back to the pod
     /// it came from (source = destination, one of these) is masqueraded in postrouting, or the
     /// pod would answer itself directly and drop the reply as unknown — what kube-proxy does
     /// with an `ip saddr <endpoint>` rule in each endpoint chain.
@@ -84,13 +85,11 @@ impl Map {
     }
 }
 
-/// A map element's key: `ip . proto . port` (service IPs), `proto . port` (NodePorts), or an
-/// endpoint's `ip . ip` (the hairpin set).
+/// A map element's key: `ip . proto . port` (service IPs) or `proto . port` (NodePorts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Key {
     Ip(Ipv4Addr, Protocol, u16),
     Port(Protocol, u16),
-    Hairpin(Ipv4Addr),
 }
 
 impl fmt::Display for Key {
@@ -98,7 +97,6 @@ impl fmt::Display for Key {
         match self {
             Key::Ip(ip, proto, port) => write!(f, "{ip} . {proto} . {port}"),
             Key::Port(proto, port) => write!(f, "{proto} . {port}"),
-            Key::Hairpin(ip) => write!(f, "{ip} . {ip}"),
         }
     }
 }
@@ -114,8 +112,6 @@ pub enum Verdict {
     /// `drop`, commented with the service port: it has endpoints, none on this node, and the
     /// policy is Local (as the iptables mode's filter rules do).
     Drop(Arc<str>),
-    /// A set element: no value.
-    Member,
 }
 
 impl fmt::Display for Verdict {
@@ -125,7 +121,6 @@ impl fmt::Display for Verdict {
             Verdict::Goto(prefix, base) => write!(f, ": goto {prefix}-{base}"),
             Verdict::Reject(id) => write!(f, "comment \"{id}\" : goto {REJECT_CHAIN}"),
             Verdict::Drop(id) => write!(f, "comment \"{id}\" : drop"),
-            Verdict::Member => Ok(()),
         }
     }
 }
@@ -328,16 +323,26 @@ pub fn service_elements(sp: &ServicePort, mut add: impl FnMut(Map, Key, Verdict)
     }
 }
 
-/// Every element of `model`, the hairpin set's included. Two service ports claiming the same key (two services listing one
+/// The hairpin set's members: every endpoint address (a plain set: 50,000 endpoints cost
+/// 4 bytes each, not a map entry).
+pub type Hairpin = BTreeSet<Ipv4Addr>;
+
+/// The hairpin set of `model`.
+pub fn hairpin(model: &Model) -> Hairpin {
+    let mut all = Hairpin::new();
+    for sp in &model.services {
+        all.extend(sp.policy().reachable().into_iter().map(|e| e.ip));
+    }
+    all
+}
+
+/// Every map element of `model`. Two service ports claiming the same key (two services listing one
 /// external IP and port) cannot both have it: the first in model order keeps it, as the first
 /// iptables rule would win, and the other is reported.
 pub fn elements(model: &Model) -> (Elements, Vec<String>) {
     let mut all = Elements::new();
     let mut conflicts = Vec::new();
     for sp in &model.services {
-        for ep in sp.policy().reachable() {
-            all.insert((Map::Hairpin, Key::Hairpin(ep.ip)), Verdict::Member);
-        }
         service_elements(sp, |map, key, verdict| match all.entry((map, key)) {
             btree_map::Entry::Vacant(v) => {
                 v.insert(verdict);
@@ -355,6 +360,9 @@ pub fn elements(model: &Model) -> (Elements, Vec<String>) {
 pub fn render(model: &Model) -> String {
     let (elements, _) = elements(model);
     let mut tx = crate::nftables::text::Tx::new(Vec::new());
-    let out = tx.full(model, &elements, &[], &[]).and_then(|_| tx.finish()).expect("writing to a Vec cannot fail");
+    let out = tx
+        .full(model, &elements, &hairpin(model), &[], &[])
+        .and_then(|_| tx.finish())
+        .expect("writing to a Vec cannot fail");
     String::from_utf8(out).expect("the transaction is UTF-8")
 }

@@ -10,7 +10,7 @@
 use crate::model::Model;
 use crate::nftables::nft::{self, Nft};
 use crate::nftables::plan::{self, Applied};
-use crate::nftables::render::{self, object_names, Elements};
+use crate::nftables::render::{self, object_names, Elements, Hairpin};
 use crate::nftables::text::{Counts, Tx};
 use crate::sync::Outcome;
 use std::collections::HashSet;
@@ -60,14 +60,15 @@ impl Syncer {
                 None => true,
                 Some(a) => a.model.cluster_cidr != model.cluster_cidr || a.model.masquerade_all != model.masquerade_all,
             };
+        let hairpin = render::hairpin(&model);
         if full {
-            self.full(model, elements)
+            self.full(model, elements, hairpin)
         } else {
-            self.partial(model, elements)
+            self.partial(model, elements, hairpin)
         }
     }
 
-    fn full(&mut self, model: Model, elements: Elements) -> nft::Result<Outcome> {
+    fn full(&mut self, model: Model, elements: Elements, hairpin: Hairpin) -> nft::Result<Outcome> {
         let (mut stale_chains, stale_sets) = match self.applied.take() {
             Some(applied) => plan::stale_since(&applied, &model),
             None => {
@@ -78,14 +79,15 @@ impl Syncer {
         };
         let undeleted = self.undeleted_unwanted(&model);
         stale_chains.extend(undeleted.into_iter().filter(|c| !stale_chains.contains(c)).collect::<Vec<_>>());
-        let (counts, bytes) = self.run(&stale_chains, |tx| tx.full(&model, &elements, &stale_chains, &stale_sets))?;
-        self.applied = Some(Applied { model, elements });
+        let (counts, bytes) =
+            self.run(&stale_chains, |tx| tx.full(&model, &elements, &hairpin, &stale_chains, &stale_sets))?;
+        self.applied = Some(Applied { model, elements, hairpin });
         Ok(outcome(true, counts, bytes))
     }
 
-    fn partial(&mut self, model: Model, elements: Elements) -> nft::Result<Outcome> {
+    fn partial(&mut self, model: Model, elements: Elements, hairpin: Hairpin) -> nft::Result<Outcome> {
         let applied = self.applied.as_mut().expect("a partial sync only follows a successful one");
-        let mut p = plan::partial(applied, &model, &elements);
+        let mut p = plan::partial(applied, &model, &elements, &hairpin);
         if p.is_empty() {
             if p.model_changed {
                 applied.model = model;
@@ -102,7 +104,7 @@ impl Syncer {
         }
         let stale = p.stale_chains.clone();
         let (counts, bytes) = self.run(&stale, |tx| tx.partial(&p))?;
-        self.applied = Some(Applied { model, elements });
+        self.applied = Some(Applied { model, elements, hairpin });
         Ok(outcome(false, counts, bytes))
     }
 

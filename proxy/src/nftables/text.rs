@@ -4,10 +4,13 @@
 
 use crate::model::Model;
 use crate::nftables::plan::Partial;
-use crate::nftables::render::{service_objects, Chain, Elements, Key, Map, Verdict, MARK_MASQ_CHAIN, MASQ_MARK};
+use crate::nftables::render::{
+    service_objects, Chain, Elements, Hairpin, Key, Map, Verdict, MARK_MASQ_CHAIN, MASQ_MARK,
+};
 use crate::nftables::render::{REJECT_CHAIN, TABLE};
 use std::fmt::Write as _;
 use std::io;
+use std::net::Ipv4Addr;
 
 /// Base chains: hooked into netfilter at the same points as the iptables mode's jump rules.
 /// `dstnat`/`srcnat` are -100/100; the filter chains run at `filter` (0), after DNAT on the
@@ -202,15 +205,37 @@ impl<W: io::Write> Tx<W> {
         }
         self.command(format_args!("add {} ip {TABLE} {} {{ {} elements = {{", map.keyword(), map.name(), map.spec()));
         for (key, v) in elements {
-            match v {
-                Verdict::Member => writeln!(self.buf, "\t\t{key},"),
-                _ => writeln!(self.buf, "\t\t{key} {v},"),
-            }
-            .ok();
+            let _ = writeln!(self.buf, "\t\t{key} {v},");
             self.counts.elements_written += 1;
             self.spill()?;
         }
         self.buf.push_str("\t}; }\n");
+        Ok(())
+    }
+
+    /// Adds endpoint addresses to the hairpin set.
+    pub fn add_hairpin<'a>(&mut self, ips: impl IntoIterator<Item = &'a Ipv4Addr>) -> io::Result<()> {
+        self.hairpin("add set", Map::Hairpin.spec(), ips)
+    }
+
+    /// Removes endpoint addresses from the hairpin set.
+    pub fn delete_hairpin<'a>(&mut self, ips: impl IntoIterator<Item = &'a Ipv4Addr>) -> io::Result<()> {
+        self.hairpin("delete element", "", ips)
+    }
+
+    fn hairpin<'a>(&mut self, verb: &str, spec: &str, ips: impl IntoIterator<Item = &'a Ipv4Addr>) -> io::Result<()> {
+        let mut ips = ips.into_iter().peekable();
+        if ips.peek().is_none() {
+            return Ok(());
+        }
+        let open = if spec.is_empty() { String::new() } else { format!(" {spec} elements = {{") };
+        self.command(format_args!("{verb} ip {TABLE} {} {{{open}", Map::Hairpin.name()));
+        for ip in ips {
+            let _ = writeln!(self.buf, "\t\t{ip} . {ip},");
+            self.counts.elements_written += 1;
+            self.spill()?;
+        }
+        self.buf.push_str(if spec.is_empty() { "\t}\n" } else { "\t}; }\n" });
         Ok(())
     }
 
@@ -221,6 +246,7 @@ impl<W: io::Write> Tx<W> {
         &mut self,
         model: &Model,
         elements: &Elements,
+        hairpin: &Hairpin,
         stale: &[String],
         stale_sets: &[String],
     ) -> io::Result<()> {
@@ -246,6 +272,7 @@ impl<W: io::Write> Tx<W> {
             }
         }
         self.elements(elements)?;
+        self.add_hairpin(hairpin)?;
         for name in stale {
             self.delete_chain(name);
         }
@@ -281,6 +308,8 @@ impl<W: io::Write> Tx<W> {
         for map in Map::ALL {
             self.add_elements(map, p.add_elements.iter().filter(|(m, ..)| *m == map).map(|(_, k, v)| (k, v)))?;
         }
+        self.delete_hairpin(&p.delete_hairpin)?;
+        self.add_hairpin(&p.add_hairpin)?;
         for name in &p.stale_chains {
             self.flush_chain(name);
         }
