@@ -199,7 +199,7 @@ fn main() {
         for n in &sizes {
             bench_iptables(*n);
         }
-        println!("peak RSS of the bench process so far: {} MB\n", vm_hwm_kb() / 1024);
+        println!("peak RSS of the bench process so far: {} MiB\n", vm_hwm_kb() / 1024);
     }
     if parts.contains(&"nftables") {
         let version = Command::new("nft")
@@ -223,14 +223,15 @@ fn main() {
             let ns = Netns::new("rss");
             let r = rss::measure(&ns.0, *n, &mode);
             println!(
-                "| {n} | {:.1} s | {} | {} | {:.1} MB ({:.1} + {:.1}) | {:.1} MB |",
+                "| {n} | {:.1} s | {} | {} | {:.1} MiB ({:.1} + {:.1}) | {:.1} MiB ({:.1} MB) |",
                 r.create.as_secs_f64(),
                 ms(r.first_sync),
                 ms(r.partial_sync),
                 r.rss_kb as f64 / 1024.0,
                 r.anon_kb as f64 / 1024.0,
                 r.file_kb as f64 / 1024.0,
-                r.hwm_kb as f64 / 1024.0
+                r.hwm_kb as f64 / 1024.0,
+                r.hwm_kb as f64 * 1024.0 / 1e6
             );
         }
     }
