@@ -288,9 +288,10 @@ pub fn default_spec(opts: &SpecOptions) -> Result<Spec> {
 mod tests {
     use super::*;
 
-    fn bundle_with_rootfs() -> (PathBuf, Spec) {
-        let dir = std::env::temp_dir().join(format!("kaji-spec-test-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("rootfs")).expect("temp dir is writable");
+    /// A bundle directory with an empty rootfs, removed when the `TempDir` is dropped.
+    fn bundle_with_rootfs() -> (tempfile::TempDir, Spec) {
+        let dir = tempfile::Builder::new().prefix("kaji-spec-test").tempdir().expect("temp dir is writable");
+        std::fs::create_dir(dir.path().join("rootfs")).expect("temp dir is writable");
         let spec = default_spec(&SpecOptions::default()).expect("default spec builds");
         (dir, spec)
     }
@@ -298,7 +299,7 @@ mod tests {
     #[test]
     fn default_spec_is_valid_and_hardened() {
         let (dir, spec) = bundle_with_rootfs();
-        validate(&spec, &dir).expect("default spec validates");
+        validate(&spec, dir.path()).expect("default spec validates");
         let process = spec.process().as_ref().expect("has process");
         assert_eq!(process.no_new_privileges(), Some(true));
         let linux = spec.linux().as_ref().expect("has linux");
@@ -315,12 +316,12 @@ mod tests {
         ns.push(LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::User).build().expect("valid"));
         linux.set_namespaces(Some(ns));
         spec.set_linux(Some(linux.clone()));
-        assert!(matches!(validate(&spec, &dir), Err(Error::UnsupportedNamespace(_))));
+        assert!(matches!(validate(&spec, dir.path()), Err(Error::UnsupportedNamespace(_))));
 
         linux.set_namespaces(None);
         linux.set_cgroups_path(Some(PathBuf::from("/")));
         spec.set_linux(Some(linux));
-        assert!(matches!(validate(&spec, &dir), Err(Error::CgroupPath(_))));
+        assert!(matches!(validate(&spec, dir.path()), Err(Error::CgroupPath(_))));
 
         let hook = |path: &str, timeout: i64| {
             oci_spec::runtime::HookBuilder::default().path(path).timeout(timeout).build().expect("valid hook")
@@ -328,13 +329,13 @@ mod tests {
         let (_, mut ok) = bundle_with_rootfs();
         let hooks = |h| oci_spec::runtime::HooksBuilder::default().poststop(vec![h]).build().expect("valid hooks");
         ok.set_hooks(Some(hooks(hook("relative/hook", 1))));
-        assert!(matches!(validate(&ok, &dir), Err(Error::HookPath { .. })));
+        assert!(matches!(validate(&ok, dir.path()), Err(Error::HookPath { .. })));
         ok.set_hooks(Some(hooks(hook("/bin/true", 0))));
-        assert!(matches!(validate(&ok, &dir), Err(Error::HookTimeout { timeout: 0, .. })));
+        assert!(matches!(validate(&ok, dir.path()), Err(Error::HookTimeout { timeout: 0, .. })));
         ok.set_hooks(Some(hooks(hook("/bin/true", 3))));
-        assert!(validate(&ok, &dir).is_ok());
+        assert!(validate(&ok, dir.path()).is_ok());
 
-        let missing = dir.join("nope");
+        let missing = dir.path().join("nope");
         assert!(matches!(validate(&spec, &missing), Err(Error::Rootfs(_))));
     }
 }

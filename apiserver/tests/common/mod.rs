@@ -35,8 +35,10 @@ impl ApiServer {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("kaji-apiserver starts");
+        // Built at once, so a failed start below still kills the child (on drop).
+        let mut server = Self { child, addr: String::new(), data_dir: data_dir.to_path_buf() };
         let deadline = Instant::now() + Duration::from_secs(20);
-        let addr = loop {
+        server.addr = loop {
             if let Ok(a) = std::fs::read_to_string(&addr_file) {
                 if !a.is_empty() {
                     break a;
@@ -45,7 +47,6 @@ impl ApiServer {
             assert!(Instant::now() < deadline, "apiserver did not start within 20s");
             std::thread::sleep(Duration::from_millis(20));
         };
-        let server = Self { child, addr, data_dir: data_dir.to_path_buf() };
         let deadline = Instant::now() + Duration::from_secs(10);
         while http(&server.addr, "GET", "/readyz", None, "").0 != 200 {
             assert!(Instant::now() < deadline, "apiserver not ready within 10s");
