@@ -61,6 +61,14 @@ pub enum Error {
     Exec { message: String },
     #[error("container {0} has no stdin (it was created without one)")]
     NoStdin(String),
+    #[error("container {0} has no terminal (its process.terminal is false)")]
+    NoTerminal(String),
+    #[error("failed to resize the terminal of container {id}")]
+    Resize {
+        id: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the stdin of container {0} is closed (its process exited)")]
     StdinClosed(String),
     #[error("failed to open the stdin of container {id}")]
@@ -112,6 +120,9 @@ pub trait ContainerRuntime {
     /// Closes the container's stdin for good: the process reads end of file once the writers
     /// from [`ContainerRuntime::open_stdin`] are gone. Idempotent.
     fn close_stdin(&self, id: &str) -> Result<()>;
+    /// Sets the size of the container's terminal (`process.terminal`); its process gets
+    /// SIGWINCH. [`Error::NoTerminal`] for a container without one.
+    fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()>;
 }
 
 /// What both backends share: the state root and the helper binary that runs the shim.
@@ -289,6 +300,20 @@ impl Common {
         Ok(f)
     }
 
+    fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.dir(id)?;
+        self.record(id)?;
+        let err = |source| Error::Resize { id: id.into(), source };
+        // Non-blocking: a shim that is gone (nothing reading) is an error, not a wait.
+        match std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.resize()) {
+            Ok(mut f) => f.write_all(format!("{cols} {rows}\n").as_bytes()).map_err(err),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NoTerminal(id.into())),
+            Err(e) => Err(err(e)),
+        }
+    }
+
     fn close_stdin(&self, id: &str) -> Result<()> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -423,6 +448,9 @@ impl ContainerRuntime for Native {
     fn close_stdin(&self, id: &str) -> Result<()> {
         self.common.close_stdin(id)
     }
+    fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
+        self.common.resize(id, cols, rows)
+    }
 }
 
 /// The reference backend: any OCI runtime binary with runc's command line, driven with the same
@@ -511,6 +539,9 @@ impl ContainerRuntime for Runc {
     }
     fn close_stdin(&self, id: &str) -> Result<()> {
         self.common.close_stdin(id)
+    }
+    fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
+        self.common.resize(id, cols, rows)
     }
 }
 

@@ -63,6 +63,11 @@ pub struct Context<'a> {
     pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// `process.terminal`: a socket to the shim. The init opens a terminal inside the container
+    /// (on its own devpts, so `tty` and `ttyname` see /dev/pts/0, as with runc), sends the
+    /// master over it, and uses the slave as stdin, stdout and stderr and as its controlling
+    /// terminal in a session of its own; `stdin`, `stdout` and `stderr` are then unused.
+    pub terminal: Option<OwnedFd>,
     /// The start fifo, opened read-write so a read blocks until `start` writes a byte.
     pub start: std::fs::File,
     /// The spec's hooks (the init runs createContainer and startContainer itself).
@@ -137,10 +142,28 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     }
     let prepared = apply_process(spec, process)?;
 
+    let slave = match &ctx.terminal {
+        Some(sock) => {
+            let errno = |e: std::io::Error| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+            let (master, slave) = crate::sys::open_pty(None).map_err(errno).map_err(sys("open a terminal"))?;
+            crate::sys::send_fd(std::os::fd::AsFd::as_fd(sock), std::os::fd::AsFd::as_fd(&master))
+                .map_err(sys("pass the terminal to the shim"))?;
+            Some(slave)
+        }
+        None => None,
+    };
     let stdin = ctx.stdin.as_ref().map_or(devnull.as_raw_fd(), |fd| fd.as_raw_fd());
+    let (stdin, stdout, stderr) = match &slave {
+        Some(t) => (t.as_raw_fd(), t.as_raw_fd(), t.as_raw_fd()),
+        None => (stdin, ctx.stdout.as_raw_fd(), ctx.stderr.as_raw_fd()),
+    };
     nix::unistd::dup2(stdin, 0).map_err(sys("set up stdin"))?;
-    nix::unistd::dup2(ctx.stdout.as_raw_fd(), 1).map_err(sys("set up stdout"))?;
-    nix::unistd::dup2(ctx.stderr.as_raw_fd(), 2).map_err(sys("set up stderr"))?;
+    nix::unistd::dup2(stdout, 1).map_err(sys("set up stdout"))?;
+    nix::unistd::dup2(stderr, 2).map_err(sys("set up stderr"))?;
+    if slave.is_some() {
+        nix::unistd::setsid().map_err(sys("start a session for the terminal"))?;
+        crate::sys::set_controlling_terminal(0).map_err(sys("set the controlling terminal"))?;
+    }
     parent.ready().map_err(Error::Start)?;
     let mut byte = [0u8; 1];
     ctx.start.read_exact(&mut byte).map_err(Error::Start)?;

@@ -26,11 +26,19 @@ impl Stream {
 pub struct LineWriter {
     stream: Stream,
     pending: Vec<u8>,
+    /// Write what is left of a line at the end of each read as a partial record (a terminal's
+    /// prompt must show up before its newline does).
+    interactive: bool,
 }
 
 impl LineWriter {
     pub fn new(stream: Stream) -> Self {
-        LineWriter { stream, pending: Vec::new() }
+        LineWriter { stream, pending: Vec::new(), interactive: false }
+    }
+
+    /// For a terminal: no line is held back waiting for its end.
+    pub fn interactive(stream: Stream) -> Self {
+        LineWriter { stream, pending: Vec::new(), interactive: true }
     }
 
     /// Pure: appends `data` and returns complete records (without timestamps) as (tag, line).
@@ -43,6 +51,9 @@ impl LineWriter {
         }
         while self.pending.len() >= MAX_LINE {
             out.push(('P', self.pending.drain(..MAX_LINE).collect()));
+        }
+        if self.interactive && !self.pending.is_empty() {
+            out.push(('P', std::mem::take(&mut self.pending)));
         }
         out
     }
@@ -101,6 +112,17 @@ mod tests {
         assert_eq!(w.push(b"ld\n"), vec![('F', b"world".to_vec())]);
         assert_eq!(w.push(b"tail"), vec![]);
         assert_eq!(w.finish(), Some(('P', b"tail".to_vec())));
+        assert_eq!(w.finish(), None);
+    }
+
+    #[test]
+    fn an_interactive_writer_holds_nothing_back() {
+        let mut w = LineWriter::interactive(Stream::Stdout);
+        assert_eq!(w.push(b"/ # "), vec![('P', b"/ # ".to_vec())]);
+        assert_eq!(
+            w.push(b"ls\r\nbin  dev\r\n/ # "),
+            vec![('F', b"ls\r".to_vec()), ('F', b"bin  dev\r".to_vec()), ('P', b"/ # ".to_vec())]
+        );
         assert_eq!(w.finish(), None);
     }
 

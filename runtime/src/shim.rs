@@ -46,6 +46,67 @@ struct Launched {
     stderr: Option<OwnedFd>,
     cgroups_path: Option<PathBuf>,
     stdin: Option<Keeper>,
+    /// With `process.terminal`: `stdout` is its master, and this is what else the shim does
+    /// with it.
+    terminal: Option<Terminal>,
+}
+
+/// The shim's side of a container's terminal: resize requests arrive on `resize` (the fifo
+/// [`Dir::resize`], opened read-write so it never reads end of file), and with `stdin`, the
+/// stdin fifo's read end is copied into `master` by a thread of its own.
+struct Terminal {
+    master: File,
+    resize: File,
+    stdin: Option<OwnedFd>,
+}
+
+/// Set up before clone for a terminal: the init sends the master over `theirs`, the shim
+/// receives it on `ours`.
+struct Pty {
+    ours: std::os::unix::net::UnixStream,
+    theirs: OwnedFd,
+    resize: File,
+}
+
+/// Copies the stdin fifo into the terminal until end of file (every writer, the shim's keeper
+/// included, gone: `close_stdin`), then types end-of-file (^D) — a terminal cannot be closed
+/// for reading the way a pipe can. Blocking writes stay off the output pump's thread: a process
+/// that does not read its terminal must not stop the shim from logging what it prints.
+fn copy_stdin(from: OwnedFd, mut to: File) {
+    let mut from = File::from(from);
+    let mut buf = [0u8; 4096];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = to.write_all(&[4]);
+}
+
+/// Applies the complete "<cols> <rows>" lines in `buf` to the terminal; keeps a partial one.
+/// Pure but for the ioctl; malformed lines are skipped.
+fn apply_resizes(buf: &mut Vec<u8>, master: &File) {
+    while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+        let line: Vec<u8> = buf.drain(..=end).collect();
+        if let Some((cols, rows)) = parse_size(&line) {
+            let _ = sys::set_window_size(master.as_fd(), cols, rows);
+        }
+    }
+}
+
+/// "<cols> <rows>" → (cols, rows). Pure.
+fn parse_size(line: &[u8]) -> Option<(u16, u16)> {
+    let text = std::str::from_utf8(line).ok()?;
+    let mut parts = text.split_whitespace();
+    let (cols, rows) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    parts.next().is_none().then_some((cols, rows))
 }
 
 /// The shim's hold on the container's stdin: `keeper` is a write end of the fifo, so the process
@@ -203,11 +264,24 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             std::fs::create_dir_all(&d).map_err(|e| format!("failed to create {}: {e}", d.display()))?;
         }
     }
-    let (out_pipe, err_pipe) = log_pipes(args)?;
+    let terminal = spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
+    // A terminal carries every stream; otherwise pipes, read by the shim into the log.
+    let (out_pipe, err_pipe) = if terminal { (None, None) } else { log_pipes(args)? };
+    // The init opens the terminal inside the container and sends us its master.
+    let pty = match terminal {
+        true => {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                .map_err(|e| format!("failed to create the terminal socket: {e}"))?;
+            Some(Pty { ours, theirs: OwnedFd::from(theirs), resize: fifo(&dir.resize())? })
+        }
+        false => None,
+    };
     let (stdin, keeper) = match args.stdin {
         true => stdin_fifo(dir).map(|(r, k)| (Some(r), Some(k)))?,
         false => (None, None),
     };
+    // With a terminal, the shim copies stdin into it: the process reads the terminal.
+    let (stdin, tty_stdin) = if terminal { (None, stdin) } else { (stdin, None) };
     let (go_r, go_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
     let (rep_r, rep_w) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
@@ -249,9 +323,13 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                 Some((_r, w)) => Ok(w),
                 None => null_fd(),
             };
-            let (stdout, stderr) = match (fd(out_pipe), fd(err_pipe)) {
-                (Ok(o), Ok(e)) => (o, e),
-                (Err(m), _) | (_, Err(m)) => {
+            let (streams, terminal) = match pty {
+                Some(p) => (null_fd().and_then(|o| Ok((None, o, null_fd()?))), Some(p.theirs)),
+                None => (fd(out_pipe).and_then(|o| Ok((stdin, o, fd(err_pipe)?))), None),
+            };
+            let (stdin, stdout, stderr) = match streams {
+                Ok(s) => s,
+                Err(m) => {
                     let _ = writeln!(to_shim.rep, "error: {m}");
                     std::process::exit(1);
                 }
@@ -267,6 +345,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                 stdin,
                 stdout,
                 stderr,
+                terminal,
                 start,
                 hooks,
                 hook_state,
@@ -278,7 +357,12 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         }
         Forked::Parent(pid) => {
             drop((go_r, rep_w, start, start_status, stdin));
-            let stdout = out_pipe.map(|(r, _w)| r);
+            // The terminal's slave goes with the init: its last close is the master's end of
+            // stream.
+            let pty = pty.map(|Pty { ours, theirs, resize }| {
+                drop(theirs);
+                (ours, resize)
+            });
             let stderr = err_pipe.map(|(r, _w)| r);
             let fail = |msg: String| -> Failure {
                 let _ = kill(pid, Signal::SIGKILL);
@@ -341,10 +425,26 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                     other => return Err(fail(other.strip_prefix("error: ").unwrap_or(other).to_string())),
                 }
             }
+            // The init sent its terminal's master before reporting ready.
+            let (stdout, terminal) = match pty {
+                Some((sock, resize)) => {
+                    let master = match sys::recv_fd(sock.as_fd()) {
+                        Ok(Some(fd)) => File::from(fd),
+                        Ok(None) => return Err(fail("the init sent no terminal".into())),
+                        Err(e) => return Err(fail(format!("failed to receive the terminal: {e}"))),
+                    };
+                    let reader = match master.try_clone() {
+                        Ok(r) => OwnedFd::from(r),
+                        Err(e) => return Err(fail(format!("failed to dup the terminal: {e}"))),
+                    };
+                    (Some(reader), Some(Terminal { master, resize, stdin: tty_stdin }))
+                }
+                None => (out_pipe.map(|(r, _w)| r), None),
+            };
             let record =
                 Record { hooks: hooks.cloned(), ..record(args, pid, created, cgroups_path.clone(), "native", &spec) };
             state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
-            Ok(Launched { pid, stdout, stderr, cgroups_path, stdin: keeper })
+            Ok(Launched { pid, stdout, stderr, cgroups_path, stdin: keeper, terminal })
         }
     }
 }
@@ -377,6 +477,9 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
     if spec::lowerdirs(&spec).is_some() {
         return Err(format!("annotation {} is not supported by the runc backend yet", spec::ANNOTATION_LOWERDIRS));
+    }
+    if spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false) {
+        return Err("process.terminal is not supported by the runc backend yet (it needs a console socket)".into());
     }
     File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
     sys::set_child_subreaper().map_err(|e| format!("failed to become subreaper: {e}"))?;
@@ -418,7 +521,7 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let record =
         record(args, Pid::from_raw(pid), jiff::Timestamp::now().to_string(), cgroups_path.clone(), "runc", &spec);
     state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
-    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper })
+    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper, terminal: None })
 }
 
 /// The last error message in a runc JSON log.
@@ -462,35 +565,57 @@ impl Pump {
 
 fn monitor(args: &Args, l: Launched) -> Exit {
     let mut log = args.log.as_ref().and_then(|p| File::options().create(true).append(true).open(p).ok());
+    let writer = |s| if l.terminal.is_some() { LineWriter::interactive(s) } else { LineWriter::new(s) };
     let mut pumps: Vec<Pump> = [(l.stdout, Stream::Stdout), (l.stderr, Stream::Stderr)]
         .into_iter()
-        .filter_map(|(fd, s)| fd.map(|fd| Pump { fd, writer: LineWriter::new(s), open: true }))
+        .filter_map(|(fd, s)| fd.map(|fd| Pump { fd, writer: writer(s), open: true }))
         .collect();
     let pidfd = sys::pidfd_open(l.pid).ok();
     let mut stdin = l.stdin;
+    let mut terminal = l.terminal;
+    if let Some(t) = terminal.as_mut() {
+        if let (Some(from), Ok(to)) = (t.stdin.take(), t.master.try_clone()) {
+            let _ = std::thread::Builder::new().name("stdin".into()).spawn(move || copy_stdin(from, to));
+        }
+    }
+    let mut resizes = Vec::new();
     loop {
         let mut fds: Vec<PollFd<'_>> = Vec::new();
         if let Some(p) = &pidfd {
             fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
         }
+        let first_pump = fds.len();
         for p in pumps.iter().filter(|p| p.open) {
             fds.push(PollFd::new(p.fd.as_fd(), PollFlags::POLLIN));
         }
-        if let Some(k) = &stdin {
+        let resize_at = terminal.as_ref().map(|t| {
+            fds.push(PollFd::new(t.resize.as_fd(), PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        let close_at = stdin.as_ref().map(|k| {
             fds.push(PollFd::new(k.close.as_fd(), PollFlags::POLLIN));
-        }
+            fds.len() - 1
+        });
         if fds.is_empty() || nix::poll::poll(&mut fds, PollTimeout::NONE).is_err() {
             break;
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         drop(fds);
-        let offset = usize::from(pidfd.is_some());
         let exited = pidfd.is_some() && ready[0];
-        if stdin.is_some() && ready.last() == Some(&true) {
+        if close_at.is_some_and(|i| ready[i]) {
             // stdinOnce: the process reads end of file once the writers still attached leave.
             stdin = None;
         }
-        for (i, p) in (offset..).zip(pumps.iter_mut().filter(|p| p.open)) {
+        if let (Some(i), Some(t)) = (resize_at, terminal.as_mut()) {
+            if ready[i] {
+                let mut buf = [0u8; 512];
+                if let Ok(n) = t.resize.read(&mut buf) {
+                    resizes.extend_from_slice(&buf[..n]);
+                    apply_resizes(&mut resizes, &t.master);
+                }
+            }
+        }
+        for (i, p) in (first_pump..).zip(pumps.iter_mut().filter(|p| p.open)) {
             if ready[i] {
                 p.read(&mut log);
             }
@@ -516,4 +641,18 @@ fn monitor(args: &Args, l: Launched) -> Exit {
     };
     let oom_killed = l.cgroups_path.as_deref().is_some_and(|p| cgroups::oom_kills(p) > 0);
     Exit { code, signal, oom_killed }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resize_lines_parse_and_bad_ones_are_skipped() {
+        assert_eq!(parse_size(b"91 27\n"), Some((91, 27)));
+        assert_eq!(parse_size(b"91\n"), None);
+        assert_eq!(parse_size(b"91 27 3\n"), None);
+        assert_eq!(parse_size(b"-1 27\n"), None);
+        assert_eq!(parse_size(b"wide tall\n"), None);
+    }
 }

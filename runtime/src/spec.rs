@@ -37,8 +37,6 @@ pub enum Error {
     DuplicateNamespace(String),
     #[error("process.args is empty")]
     NoArgs,
-    #[error("process.terminal is not supported yet")]
-    Terminal,
     #[error("cgroupsPath {0:?} must be a non-empty path below the hierarchy root")]
     CgroupPath(String),
     #[error("{point} hook path {path} is not absolute")]
@@ -78,9 +76,6 @@ pub fn validate(spec: &Spec, bundle: &Path) -> Result<()> {
     let process = spec.process().as_ref().ok_or(Error::Missing("process"))?;
     if process.args().as_ref().is_none_or(|a| a.is_empty()) {
         return Err(Error::NoArgs);
-    }
-    if process.terminal().unwrap_or(false) {
-        return Err(Error::Terminal);
     }
     match lowerdirs(spec) {
         Some(dirs) => {

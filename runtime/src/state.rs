@@ -144,6 +144,11 @@ impl Dir {
     pub fn stdin(&self) -> PathBuf {
         self.path.join("stdin")
     }
+    /// With `process.terminal`: "<cols> <rows>\n" lines written here resize the container's
+    /// terminal (the shim holds its master).
+    pub fn resize(&self) -> PathBuf {
+        self.path.join("resize")
+    }
     /// A byte written here makes the shim drop its write end of [`Dir::stdin`]: once the current
     /// writers are gone the process reads end of file (`stdinOnce`).
     pub fn stdin_close(&self) -> PathBuf {

@@ -142,6 +142,34 @@ pub fn open_pty(size: Option<(u16, u16)>) -> std::io::Result<(File, File)> {
     Ok((master, slave))
 }
 
+/// Sends `fd` over the unix socket `sock` (SCM_RIGHTS, with one byte of data).
+pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [std::io::IoSlice::new(b"t")];
+    let fds = [fd.as_raw_fd()];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None).map(drop)
+}
+
+/// Receives one fd sent with [`send_fd`] (close-on-exec); `None` if the message carried none.
+pub fn recv_fd(sock: BorrowedFd<'_>) -> Result<Option<OwnedFd>, Errno> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut got = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for fd in fds {
+                // SAFETY: the kernel installed these fds for us just now; nothing else owns them.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                got.get_or_insert(owned);
+            }
+        }
+    }
+    Ok(got)
+}
+
 /// Sets a terminal's size (TIOCSWINSZ); the foreground process group gets SIGWINCH.
 pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> std::io::Result<()> {
     let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
