@@ -4,8 +4,9 @@
 //! A container with `stdin: true` has a stdin fifo in the runtime (it outlives the agent); an
 //! attach with `-i` writes the client's stdin into it. `stdinOnce` is decided here: the first
 //! session with stdin to end closes it for good (the process reads end of file). Without
-//! `stdin: true`, attaching stdin is refused, as Kubernetes refuses it. Terminals are not
-//! supported: the runtime gives containers none.
+//! `stdin: true`, attaching stdin is refused, as Kubernetes refuses it. A container with
+//! `tty: true` runs on a terminal (the runtime's `process.terminal`): its output is replayed
+//! record by record (a prompt shows before its newline), and resizes reach its terminal.
 
 use std::time::Duration;
 
@@ -23,8 +24,8 @@ use crate::runtime::{Meta, Runtime};
 const POLL: Duration = Duration::from_millis(100);
 
 /// The streams asked for (`input`, `output`, `error`, `tty` = `1`), and the refusals, for a
-/// container whose spec has `stdin` as given. Pure.
-pub fn parse(query: &[(String, String)], container: &str, stdin: bool) -> Result<Streams, String> {
+/// container whose spec has `stdin` and `tty` as given. Pure.
+pub fn parse(query: &[(String, String)], container: &str, stdin: bool, container_tty: bool) -> Result<Streams, String> {
     let on = |names: &[&str]| query.iter().any(|(k, v)| names.contains(&k.as_str()) && (v == "1" || v == "true"));
     let tty = on(&["tty"]);
     let s = Streams {
@@ -39,10 +40,10 @@ pub fn parse(query: &[(String, String)], container: &str, stdin: bool) -> Result
     if s.stdin && !stdin {
         return Err(no_stdin(container));
     }
-    if s.stdin && s.tty {
+    if s.stdin && s.tty && !container_tty {
         return Err(format!(
-            "cannot attach a terminal to container {container:?}: kaji's runtime gives containers no \
-             terminal (tty: true is not supported); attach without -t"
+            "cannot attach a terminal to container {container:?}: it was not created with tty: true \
+             (attach without -t)"
         ));
     }
     Ok(s)
@@ -76,12 +77,10 @@ pub async fn serve(
     let Some(p) = m.pod(&ns, &pod) else {
         return (StatusCode::NOT_FOUND, "pod does not exist").into_response();
     };
-    let spec_stdin = p
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == container))
-        .is_some_and(|c| c.stdin == Some(true));
-    let streams = match parse(&query, &container, spec_stdin) {
+    let spec = p.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == container));
+    let spec_stdin = spec.is_some_and(|c| c.stdin == Some(true));
+    let spec_tty = spec.is_some_and(|c| c.tty == Some(true));
+    let streams = match parse(&query, &container, spec_stdin, spec_tty) {
         Ok(s) => s,
         // A Status, so kubectl shows the reason rather than an empty error.
         Err(e) => return bad_request(e),
@@ -147,12 +146,26 @@ async fn follow(
         let data = read_from(&run.log_path, offset).await;
         offset += data.len() as u64;
         buf.push_str(&String::from_utf8_lossy(&data));
-        let (lines, consumed) = logs::parse_lines(&buf);
-        buf.drain(..consumed);
-        for l in lines {
-            if let Some(ch) = channel(&l.stream, s) {
-                let mut text = l.text.into_bytes();
-                text.push(b'\n');
+        // A terminal's records as written (a prompt has no newline yet); otherwise whole lines.
+        let chunks: Vec<(String, Vec<u8>)> = if s.tty {
+            let (recs, consumed) = logs::parse_records(&buf);
+            buf.drain(..consumed);
+            recs.into_iter()
+                .map(|r| {
+                    let mut text = r.text.into_bytes();
+                    if !r.partial {
+                        text.push(b'\n');
+                    }
+                    (r.stream, text)
+                })
+                .collect()
+        } else {
+            let (lines, consumed) = logs::parse_lines(&buf);
+            buf.drain(..consumed);
+            lines.into_iter().map(|l| (l.stream, [l.text.into_bytes(), vec![b'\n']].concat())).collect()
+        };
+        for (stream, text) in chunks {
+            if let Some(ch) = channel(&stream, s) {
                 if output.send((ch, text)).await.is_err() {
                     return success();
                 }
@@ -177,7 +190,14 @@ async fn follow(
                         close_stdin(&runtime, &run.id);
                     }
                 }
-                Some(Incoming::Resize(_) | Incoming::Ignored) => {}
+                Some(Incoming::Resize(size)) => {
+                    if s.tty {
+                        if let Err(e) = runtime.resize(&run.id, size.cols, size.rows) {
+                            tracing::debug!(container = %run.id, error = %e, "resize failed");
+                        }
+                    }
+                }
+                Some(Incoming::Ignored) => {}
             },
             _ = tokio::time::sleep(POLL) => {}
         }
@@ -215,19 +235,22 @@ mod tests {
 
     #[test]
     fn stdin_is_refused_without_stdin_true_and_output_streams_are_kept() {
-        let s = parse(&q(&[("output", "1"), ("error", "1")]), "app", false).expect("valid");
+        let s = parse(&q(&[("output", "1"), ("error", "1")]), "app", false, false).expect("valid");
         assert_eq!(s, Streams { stdin: false, stdout: true, stderr: true, tty: false });
-        let err = parse(&q(&[("input", "1"), ("output", "1")]), "app", false).expect_err("no stdin");
+        let err = parse(&q(&[("input", "1"), ("output", "1")]), "app", false, false).expect_err("no stdin");
         assert!(err.starts_with("cannot attach to the stdin of container \"app\""), "{err}");
-        assert!(parse(&q(&[]), "app", true).is_err());
+        assert!(parse(&q(&[]), "app", true, false).is_err());
     }
 
     #[test]
-    fn stdin_is_attached_when_the_container_has_it_but_never_a_terminal() {
-        let s = parse(&q(&[("input", "1"), ("output", "1")]), "app", true).expect("stdin: true");
+    fn a_terminal_is_attached_only_to_a_container_created_with_one() {
+        let s = parse(&q(&[("input", "1"), ("output", "1")]), "app", true, false).expect("stdin: true");
         assert_eq!(s, Streams { stdin: true, stdout: true, stderr: false, tty: false });
-        let err = parse(&q(&[("input", "1"), ("output", "1"), ("tty", "1")]), "app", true).expect_err("no tty");
+        let with_tty = q(&[("input", "1"), ("output", "1"), ("tty", "1")]);
+        let err = parse(&with_tty, "app", true, false).expect_err("no tty");
         assert!(err.starts_with("cannot attach a terminal to container \"app\""), "{err}");
+        let s = parse(&with_tty, "app", true, true).expect("tty: true");
+        assert_eq!(s, Streams { stdin: true, stdout: true, stderr: false, tty: true });
     }
 
     #[test]

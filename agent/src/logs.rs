@@ -40,6 +40,31 @@ pub fn parse_lines(text: &str) -> (Vec<Line>, usize) {
     (out, consumed)
 }
 
+/// One CRI log record as written: a terminal's output is replayed record by record, partial
+/// ones (a prompt) without the newline the log adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub stream: String,
+    pub text: String,
+    pub partial: bool,
+}
+
+/// The complete records at the start of `text`, and how many bytes they took. Pure.
+pub fn parse_records(text: &str) -> (Vec<Record>, usize) {
+    let mut out = Vec::new();
+    let mut consumed = 0;
+    for raw in text.split_inclusive('\n') {
+        if !raw.ends_with('\n') {
+            break;
+        }
+        consumed += raw.len();
+        if let Some(rec) = kaji_runtime::logs::parse(&raw[..raw.len() - 1]) {
+            out.push(Record { stream: rec.stream.to_string(), text: rec.line.to_string(), partial: rec.partial });
+        }
+    }
+    (out, consumed)
+}
+
 /// How `kubectl logs` asked for the log.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -102,6 +127,18 @@ mod tests {
                        2026-01-01T00:00:02.500000000Z stderr F o\n\
                        2026-01-01T00:00:03.000000000Z stdout F three\n\
                        2026-01-01T00:00:04.000000000Z stdout P unfinished";
+
+    #[test]
+    fn records_come_back_as_written_and_an_unfinished_one_waits() {
+        let (recs, consumed) = parse_records(LOG);
+        let got: Vec<(&str, &str, bool)> =
+            recs.iter().map(|r| (r.stream.as_str(), r.text.as_str(), r.partial)).collect();
+        assert_eq!(
+            got,
+            [("stdout", "one", false), ("stderr", "tw", true), ("stderr", "o", false), ("stdout", "three", false)]
+        );
+        assert_eq!(&LOG[consumed..], "2026-01-01T00:00:04.000000000Z stdout P unfinished");
+    }
 
     #[test]
     fn partial_records_join_and_an_unfinished_tail_waits() {

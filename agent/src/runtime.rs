@@ -179,6 +179,11 @@ impl Runtime {
         Ok(self.rt.open_stdin(id)?)
     }
 
+    /// Sets the size of the container's terminal (`tty: true`).
+    pub fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
+        Ok(self.rt.resize(id, cols, rows)?)
+    }
+
     /// Closes the container's stdin for good (`stdinOnce`).
     pub fn close_stdin(&self, id: &str) -> Result<()> {
         Ok(self.rt.close_stdin(id)?)

@@ -190,6 +190,10 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
     if !env.iter().any(|e| e.starts_with("HOSTNAME=")) {
         env.push(format!("HOSTNAME={}", i.pod.metadata.name.clone().unwrap_or_default()));
     }
+    // As containerd's CRI plugin does for a terminal.
+    if c.tty == Some(true) && !env.iter().any(|e| e.starts_with("TERM=")) {
+        env.push("TERM=xterm".into());
+    }
     let opts = SpecOptions {
         args: i.args.clone(),
         env,
@@ -249,6 +253,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
     }
     let no_new_privs = sc.and_then(|s| s.allow_privilege_escalation) == Some(false) && !privileged;
     spec["process"]["noNewPrivileges"] = json!(no_new_privs);
+    // `tty: true` (what `kubectl run -it` sets): the process runs on a terminal of its own.
+    spec["process"]["terminal"] = json!(c.tty == Some(true));
     // As many open files as containerd gives, but never above what the agent itself may have
     // (the init may not raise a hard limit).
     let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));

@@ -223,3 +223,49 @@ async fn exec_probes_run_their_command_in_the_container() -> anyhow::Result<()> 
     node.wait_gone("probed").await?;
     Ok(())
 }
+
+/// `kubectl run -it`'s pod: `tty`, `stdin`, `stdinOnce`. Attaching with a terminal shows the
+/// shell's prompt before any newline, carries keystrokes and resizes, and the shell exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_to_a_tty_container_gets_its_terminal() -> anyhow::Result<()> {
+    let node = Node::start().await?;
+    let app = json!({"name": "app", "command": ["sh"], "tty": true, "stdin": true, "stdinOnce": true});
+    node.pod("tty", json!({"restartPolicy": "Never", "containers": [app]})).await?;
+    node.wait_pod("tty", "Running", |p| phase(p) == "Running").await?;
+
+    let url = format!("{}/attach/default/tty/app?input=1&output=1&tty=1", node.server_url().replacen("http", "ws", 1));
+    let mut req = url.into_client_request()?;
+    req.headers_mut().insert("Sec-WebSocket-Protocol", V5.parse()?);
+    let (mut ws, _) = tokio::time::timeout(common::WAIT, tokio_tungstenite::connect_async(req)).await??;
+    // The prompt: output the shell printed before the attach would not be sent, so it is asked
+    // for again with an empty line.
+    ws.send(Message::Binary(b"\x00\n".to_vec().into())).await?;
+    let mut screen = String::new();
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while !screen.contains("/ # ") {
+        let msg = tokio::time::timeout_at(deadline, ws.next()).await.context("no prompt")?;
+        if let Some(Message::Binary(b)) = msg.transpose()? {
+            if let Some((1, d)) = b.split_first() {
+                screen.push_str(&String::from_utf8_lossy(d));
+            }
+        }
+    }
+    ws.send(Message::Binary(b"\x04{\"Width\":91,\"Height\":27}".to_vec().into())).await?;
+    // The size and the keystrokes travel separately to the terminal: wait for the size.
+    let line = "for i in $(seq 50); do s=$(stty size) && break; sleep 0.1; done; echo size:$s $TERM; tty; exit 7\n";
+    ws.send(Message::Binary([b"\x00".as_slice(), line.as_bytes()].concat().into())).await?;
+    let s = collect(&mut ws).await?;
+    let all = screen + &s.stdout;
+    assert!(all.contains("size:27 91 xterm\r\n/dev/pts/0\r\n"), "{all:?}");
+    assert_eq!(s.status["status"], "Success", "{s:?}");
+    node.wait_pod("tty", "Failed", |p| phase(p) == "Failed").await?;
+
+    node.pods("default").delete("tty", &DeleteParams::default().grace_period(0)).await?;
+    node.wait_gone("tty").await?;
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(node.leftovers(), Vec::<String>::new());
+    Ok(())
+}
