@@ -366,6 +366,56 @@ async fn kubectl_1_28_exec_and_attach_speak_spdy_and_1_32_attaches_over_websocke
     Ok(())
 }
 
+/// `kubectl run -it --rm ... -- sh`, kubectl on a real terminal (util-linux `script` gives it
+/// one, 91×27): the shell runs on a terminal of its own, of kubectl's size, reads what is typed,
+/// and the pod is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_run_it_gives_a_shell_on_a_terminal() -> anyhow::Result<()> {
+    let node = Node::start().await?;
+    let k = Kubectl::new(&node, None)?;
+    let overrides = format!(r#"{{"spec":{{"nodeName":"{}"}}}}"#, node.config.node_name);
+    let run = k.command(&[
+        "run",
+        "-it",
+        "--rm",
+        "--restart=Never",
+        "--image",
+        &node.image,
+        "--overrides",
+        &overrides,
+        "t",
+        "--",
+        "sh",
+    ]);
+    let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"));
+    let line: Vec<String> = std::iter::once(quote(run.get_program())).chain(run.get_args().map(quote)).collect();
+    let mut script = Command::new("script");
+    script.args(["-qec", &format!("stty cols 91 rows 27; {}", line.join(" ")), "/dev/null"]);
+    let mut child = script.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    // The size and the keystrokes reach the terminal separately: the shell waits for the size.
+    stdin.write_all(
+        b"for i in $(seq 50); do s=$(stty size) && break; sleep 0.1; done; echo size:$s; echo hi-$((6*7)); exit\n",
+    )?;
+    let out = tokio::task::spawn_blocking(move || {
+        let out = child.wait_with_output();
+        drop(stdin);
+        out
+    });
+    let out = tokio::time::timeout(common::WAIT, out).await.context("kubectl run -it hung")???;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{text}");
+    ensure!(text.contains("size:27 91\r\nhi-42\r\n"), "{text:?}");
+    ensure!(text.contains("pod \"t\" deleted"), "{text:?}");
+    node.wait_gone("t").await?;
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(node.leftovers(), Vec::<String>::new());
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_attach_i_writes_to_a_stdin_container_and_stdin_once_closes_it() -> anyhow::Result<()> {
     let node = Node::start().await?;
