@@ -366,7 +366,7 @@ async fn kubectl_1_28_exec_and_attach_speak_spdy_and_1_32_attaches_over_websocke
     Ok(())
 }
 
-/// `kubectl run -it --rm ... -- sh`, kubectl on a real terminal (util-linux `script` gives it
+/// `kubectl run -it --rm ... -- sh`, kubectl on a real terminal (`script`, from bsdutils, gives it
 /// one, 91×27): the shell runs on a terminal of its own, of kubectl's size, reads what is typed,
 /// and the pod is gone afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
