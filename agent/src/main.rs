@@ -247,7 +247,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let (k, v) = l.split_once('=').with_context(|| format!("--node-label {l:?}: want key=value"))?;
         config.node_labels.insert(k.to_string(), v.to_string());
     }
-    let handle = kaji_agent::start(args.api.client().await?, config).await?;
+    let handle =
+        kaji_agent::start(args.api.client(concat!("kaji-agent/", env!("CARGO_PKG_VERSION"))).await?, config).await?;
     kaji_component::stop_on_signal(handle.stopper(), "containers keep running for the next agent");
     handle.wait().await?;
     tracing::info!("stopped");

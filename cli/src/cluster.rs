@@ -55,6 +55,12 @@ impl Cluster {
             },
         };
         errors::set_server(&config.cluster_url.to_string());
+        // The apiserver records writes without a fieldManager under this product, as kubectl's are.
+        let mut config = config;
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(concat!("kaji/", env!("CARGO_PKG_VERSION"))),
+        ));
         let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
         let client = kube::Client::try_from(config).context("cannot build a client")?;
         Ok(Self { client, namespace, namespace_flag: args.namespace.is_some(), resources: OnceCell::new() })

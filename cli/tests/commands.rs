@@ -161,8 +161,17 @@ fn server_side_apply_merges_removes_left_out_fields_and_reports_conflicts() {
     assert_eq!(web["env"], json!([{"name": "B", "value": "2"}]), "A left the manifest, so it left the object");
 
     c.ok(&["scale", "deployment/web", "--replicas=5"]);
+    // A write without a fieldManager is recorded under the client's User-Agent product.
+    let d = c.get("/apis/apps/v1/namespaces/default/deployments/web");
+    let updates: Vec<&serde_json::Value> = d["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["operation"] == "Update")
+        .collect();
+    assert_eq!(updates.iter().map(|m| m["manager"].as_str()).collect::<Vec<_>>(), [Some("kaji")], "{d}");
     let err = c.fails(&["apply", "--server-side", "-f", v2]);
-    assert!(err.starts_with("error: Apply failed with 1 conflict: conflict with "), "{err}");
+    assert!(err.starts_with("error: Apply failed with 1 conflict: conflict with \"kaji\""), "{err}");
     assert!(err.contains(": .spec.replicas") && err.contains("--force-conflicts"), "{err}");
     assert_eq!(c.get("/apis/apps/v1/namespaces/default/deployments/web")["spec"]["replicas"], 5);
     assert_eq!(

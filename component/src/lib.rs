@@ -19,8 +19,15 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    /// A kube-rs client for these flags.
-    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+    /// A kube-rs client for these flags that sends `user_agent` ("<binary>/<version>"): the
+    /// apiserver records the writes of a client that names no fieldManager under the
+    /// User-Agent's product, as Kubernetes does (kube-rs sends none of its own).
+    pub async fn client(&self, user_agent: &str) -> anyhow::Result<kube::Client> {
+        Ok(kube::Client::try_from(self.config(user_agent).await?)?)
+    }
+
+    /// The kube-rs config [`ApiArgs::client`] builds a client from.
+    pub async fn config(&self, user_agent: &str) -> anyhow::Result<kube::Config> {
         let mut config = match &self.kubeconfig {
             Some(path) => {
                 let kc =
@@ -33,7 +40,9 @@ impl ApiArgs {
         if let Some(master) = &self.master {
             config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
         }
-        Ok(kube::Client::try_from(config)?)
+        let value = http::HeaderValue::from_str(user_agent).with_context(|| format!("user agent {user_agent:?}"))?;
+        config.headers.push((http::header::USER_AGENT, value));
+        Ok(config)
     }
 }
 
@@ -105,4 +114,21 @@ pub fn stop_on_signal(stop: tokio::sync::watch::Sender<bool>, what: &'static str
 pub fn identity(component: &str) -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
     format!("{}_{:016x}", if host.is_empty() { component } else { &host }, fastrand::u64(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_client_names_itself_in_the_user_agent() -> anyhow::Result<()> {
+        let args = ApiArgs { master: Some("http://127.0.0.1:1".into()), kubeconfig: None };
+        let config = args.config("kaji-test/1.2.3").await?;
+        let ua: Vec<&http::HeaderValue> =
+            config.headers.iter().filter(|(k, _)| k == http::header::USER_AGENT).map(|(_, v)| v).collect();
+        assert_eq!(ua, ["kaji-test/1.2.3"]);
+        assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:1/");
+        assert!(args.config("bad\nagent").await.is_err());
+        Ok(())
+    }
 }

@@ -107,7 +107,11 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
     };
-    let handle = kaji_controllers::start(args.api.client().await?, config).await?;
+    let handle = kaji_controllers::start(
+        args.api.client(concat!("kaji-controller-manager/", env!("CARGO_PKG_VERSION"))).await?,
+        config,
+    )
+    .await?;
     let stop = handle.stopper();
     kaji_component::stop_on_signal(stop, "finishing reconciles in flight");
     handle.wait().await?;

@@ -99,7 +99,8 @@ async fn main() -> anyhow::Result<()> {
         },
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
     };
-    let handle = kaji_proxy::start(args.api.client().await?, config).await?;
+    let handle =
+        kaji_proxy::start(args.api.client(concat!("kaji-proxy/", env!("CARGO_PKG_VERSION"))).await?, config).await?;
     let stop = handle.stopper();
     kaji_component::stop_on_signal(stop, "rules stay installed");
     handle.wait().await?;

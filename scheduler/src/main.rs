@@ -50,7 +50,9 @@ async fn main() -> anyhow::Result<()> {
         leader_election,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
     };
-    let handle = kaji_scheduler::start(args.api.client().await?, config).await?;
+    let handle =
+        kaji_scheduler::start(args.api.client(concat!("kaji-scheduler/", env!("CARGO_PKG_VERSION"))).await?, config)
+            .await?;
     let stop = handle.stopper();
     kaji_component::stop_on_signal(stop, "finishing bindings in flight");
     handle.wait().await?;
