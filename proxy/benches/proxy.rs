@@ -72,8 +72,16 @@ fn service(i: u32, generation: u32) -> ServicePort {
 }
 
 fn model(n: usize, generation: u32) -> Model {
-    let services = (0..n as u32).map(|i| service(i, generation)).collect();
+    let mut services: Vec<ServicePort> = (0..n as u32).map(|i| service(i, generation)).collect();
+    sort(&mut services);
     Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services }
+}
+
+/// In key order, as the proxy's own models are (`build::assemble`).
+fn sort(services: &mut [ServicePort]) {
+    services.sort_by(|a, b| {
+        (&a.namespace, &a.name, &a.port_name, a.protocol).cmp(&(&b.namespace, &b.name, &b.port_name, b.protocol))
+    });
 }
 
 /// The model with one endpoint of one service replaced.
@@ -157,6 +165,7 @@ fn bench_nftables(n: usize) {
     // emptied above is deleted in the same transaction).
     let mut added = changed.clone();
     added.services.push(service(n as u32 + 1, 0));
+    sort(&mut added.services);
     let (add, add_time) = timed(|| syncer.sync(&added, false).expect("partial sync adding a service"));
 
     println!(

@@ -179,3 +179,42 @@ fn conflicting_external_ips_keep_the_first_service() {
     assert_eq!(conflicts.len(), 1, "{conflicts:?}");
     assert!(conflicts[0].contains("ns/b"), "{conflicts:?}");
 }
+
+/// Sorted models (the proxy's) are compared in one pass; any others through an index. Both
+/// plan the same changes.
+#[test]
+fn sorted_and_unsorted_models_plan_the_same_changes() {
+    let svc = |name: &str, ip: &str, eps: &[&str]| ServicePort {
+        endpoints: eps.iter().map(|e| ep(e, 80)).collect(),
+        ..ServicePort::new("ns", name, "", self::ip(ip), 80)
+    };
+    let before = vec![
+        svc("a", "10.96.0.1", &["10.244.1.1"]),
+        svc("b", "10.96.0.2", &["10.244.1.2"]),
+        svc("d", "10.96.0.4", &[]),
+    ];
+    let after = vec![
+        svc("a", "10.96.0.1", &["10.244.1.1"]),
+        svc("c", "10.96.0.3", &["10.244.1.3"]),
+        svc("d", "10.96.0.4", &["10.244.1.4"]),
+    ];
+    let summary = |p: Partial| {
+        let mut chains: Vec<String> = p.chains.iter().map(|c| c.name.clone()).collect();
+        let (mut flush, mut stale) = (p.flush, p.stale_chains);
+        let mut del: Vec<String> = p.delete_elements.iter().map(|(m, k)| format!("{} {k}", m.name())).collect();
+        let mut add: Vec<String> = p.add_elements.iter().map(|(m, k, v)| format!("{} {k} {v}", m.name())).collect();
+        for v in [&mut chains, &mut flush, &mut stale, &mut del, &mut add] {
+            v.sort();
+        }
+        (chains, flush, stale, del, add, p.delete_hairpin, p.add_hairpin)
+    };
+    let sorted = summary(plan(&applied(&model(before.clone())), &model(after.clone())));
+    let reversed = |mut v: Vec<ServicePort>| {
+        v.reverse();
+        model(v)
+    };
+    let unsorted = summary(plan(&applied(&reversed(before)), &reversed(after)));
+    assert_eq!(sorted, unsorted);
+    assert_eq!(sorted.2.len(), 1, "b's chain goes: {sorted:?}");
+    assert_eq!((sorted.3.len(), sorted.4.len()), (2, 2), "b out, c in, d from reject to its chain: {sorted:?}");
+}

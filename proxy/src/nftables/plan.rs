@@ -65,37 +65,91 @@ fn index(model: &Model) -> HashMap<PortKey<'_>, &ServicePort> {
     model.services.iter().map(|sp| (key(sp), sp)).collect()
 }
 
+/// Whether `model`'s service ports are in strictly increasing key order (as the proxy builds
+/// its models), so two of them can be compared in one pass without an index.
+fn sorted(model: &Model) -> bool {
+    model.services.windows(2).all(|w| key(&w[0]) < key(&w[1]))
+}
+
 /// The partial sync from `applied` to `model` (whose elements are `elements`, hairpin set
-/// `hairpin`). Both models must
-/// have the same masquerade settings (otherwise every chain changes: sync fully).
+/// `hairpin`). Both models must have the same masquerade settings (otherwise every chain
+/// changes: sync fully). At 10,000 services this runs on every sync, so sorted models (the
+/// proxy's) are walked side by side and the element maps merged, rather than indexed and
+/// looked up.
 pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &Hairpin) -> Partial {
     let mut p = Partial::default();
-    let old = index(&applied.model);
-    let mut seen = HashSet::with_capacity(model.services.len());
-    for sp in &model.services {
-        seen.insert(key(sp));
-        let before = match old.get(&key(sp)) {
-            Some(o) if *o == sp => continue,
-            Some(o) => service_objects(&applied.model, o),
-            None => ServiceObjects::default(),
-        };
+    let changed = |p: &mut Partial, before: Option<&ServicePort>, after: Option<&ServicePort>| {
         p.model_changed = true;
-        diff_service(&mut p, before, service_objects(model, sp));
-    }
-    for o in applied.model.services.iter().filter(|o| !seen.contains(&key(o))) {
-        p.model_changed = true;
-        diff_service(&mut p, service_objects(&applied.model, o), ServiceObjects::default());
-    }
-
-    for (mk, v) in &applied.elements {
-        match elements.get(mk) {
-            Some(now) if now == v => {}
-            _ => p.delete_elements.push(*mk),
+        let before = before.map(|o| service_objects(&applied.model, o)).unwrap_or_default();
+        let after = after.map(|sp| service_objects(model, sp)).unwrap_or_default();
+        diff_service(p, before, after);
+    };
+    if sorted(&applied.model) && sorted(model) {
+        let (mut old, mut new) = (applied.model.services.iter().peekable(), model.services.iter().peekable());
+        loop {
+            match (old.peek(), new.peek()) {
+                (None, None) => break,
+                (Some(o), Some(n)) if key(o) == key(n) => {
+                    if o != n {
+                        changed(&mut p, Some(o), Some(n));
+                    }
+                    old.next();
+                    new.next();
+                }
+                (Some(o), Some(n)) if key(o) < key(n) => {
+                    changed(&mut p, Some(o), None);
+                    old.next();
+                }
+                (Some(o), None) => {
+                    changed(&mut p, Some(o), None);
+                    old.next();
+                }
+                (_, Some(n)) => {
+                    changed(&mut p, None, Some(n));
+                    new.next();
+                }
+            }
+        }
+    } else {
+        let old = index(&applied.model);
+        let mut seen = HashSet::with_capacity(model.services.len());
+        for sp in &model.services {
+            seen.insert(key(sp));
+            match old.get(&key(sp)) {
+                Some(o) if *o == sp => {}
+                o => changed(&mut p, o.copied(), Some(sp)),
+            }
+        }
+        for o in applied.model.services.iter().filter(|o| !seen.contains(&key(o))) {
+            changed(&mut p, Some(o), None);
         }
     }
-    for (mk, v) in elements {
-        if applied.elements.get(mk) != Some(v) {
-            p.add_elements.push((mk.0, mk.1, v.clone()));
+
+    // Both maps are ordered by key: one merge finds what left, changed and arrived.
+    let (mut old, mut new) = (applied.elements.iter().peekable(), elements.iter().peekable());
+    loop {
+        match (old.peek(), new.peek()) {
+            (None, None) => break,
+            (Some((ok, ov)), Some((nk, nv))) if ok == nk => {
+                if ov != nv {
+                    p.delete_elements.push(**ok);
+                    p.add_elements.push((nk.0, nk.1, (*nv).clone()));
+                }
+                old.next();
+                new.next();
+            }
+            (Some((ok, _)), Some((nk, _))) if ok < nk => {
+                p.delete_elements.push(**ok);
+                old.next();
+            }
+            (Some((ok, _)), None) => {
+                p.delete_elements.push(**ok);
+                old.next();
+            }
+            (_, Some((nk, nv))) => {
+                p.add_elements.push((nk.0, nk.1, (*nv).clone()));
+                new.next();
+            }
         }
     }
     p.delete_hairpin = applied.hairpin.difference(hairpin).copied().collect();

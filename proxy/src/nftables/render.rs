@@ -9,7 +9,7 @@
 
 use crate::model::{Endpoint, Model, Protocol, ServicePort};
 use crate::names;
-use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -327,32 +327,48 @@ pub fn service_elements(sp: &ServicePort, mut add: impl FnMut(Map, Key, Verdict)
 /// 4 bytes each, not a map entry).
 pub type Hairpin = BTreeSet<Ipv4Addr>;
 
-/// The hairpin set of `model`.
+/// The hairpin set of `model`: the address of every endpoint that may be used (ready, or
+/// serving while terminating). That is a superset of what the rules DNAT to — harmless, as a
+/// member only matters to a packet DNATed back to its own source — and needs no endpoint
+/// policy per service, which keeps it cheap at 10,000 services.
 pub fn hairpin(model: &Model) -> Hairpin {
-    let mut all = Hairpin::new();
-    for sp in &model.services {
-        all.extend(sp.policy().reachable().into_iter().map(|e| e.ip));
-    }
-    all
+    let mut all: Vec<Ipv4Addr> = model
+        .services
+        .iter()
+        .flat_map(|sp| sp.endpoints.iter().filter(|e| e.ready || (e.serving && e.terminating)).map(|e| e.ip))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all.into_iter().collect()
 }
 
 /// Every map element of `model`. Two service ports claiming the same key (two services listing one
 /// external IP and port) cannot both have it: the first in model order keeps it, as the first
 /// iptables rule would win, and the other is reported.
 pub fn elements(model: &Model) -> (Elements, Vec<String>) {
-    let mut all = Elements::new();
-    let mut conflicts = Vec::new();
-    for sp in &model.services {
-        service_elements(sp, |map, key, verdict| match all.entry((map, key)) {
-            btree_map::Entry::Vacant(v) => {
-                v.insert(verdict);
-            }
-            btree_map::Entry::Occupied(_) => {
-                conflicts.push(format!("service {}: {key} in {} is taken by another service", sp.id(), map.name()));
-            }
-        });
+    // Collected, stably sorted and built in one go: cheaper than 11,000 inserts at 10,000
+    // services, and the first of equal keys (model order) is still the one kept.
+    let mut all: Vec<((Map, Key), Verdict, usize)> = Vec::with_capacity(model.services.len() * 2);
+    for (i, sp) in model.services.iter().enumerate() {
+        service_elements(sp, |map, key, verdict| all.push(((map, key), verdict, i)));
     }
-    (all, conflicts)
+    all.sort_by_key(|e| e.0);
+    let mut conflicts = Vec::new();
+    let mut kept: Vec<((Map, Key), Verdict)> = Vec::with_capacity(all.len());
+    for (mk, verdict, i) in all {
+        match kept.last() {
+            Some((last, _)) if *last == mk => conflicts.push((i, mk)),
+            _ => kept.push((mk, verdict)),
+        }
+    }
+    conflicts.sort_by_key(|(i, _)| *i);
+    let conflicts = conflicts
+        .into_iter()
+        .map(|(i, (map, key))| {
+            format!("service {}: {key} in {} is taken by another service", model.services[i].id(), map.name())
+        })
+        .collect();
+    (kept.into_iter().collect(), conflicts)
 }
 
 /// The whole transaction for `model` as if the table held nothing yet: the text a first sync
