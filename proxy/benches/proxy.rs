@@ -4,7 +4,8 @@
 //! process). Run: `cargo bench -p kaji-proxy --bench proxy`. `KAJI_BENCH_SERVICES=N` picks one
 //! size, `KAJI_BENCH_MODE=iptables,nftables,rss` the parts (all by default; rss runs the
 //! nftables mode, `KAJI_BENCH_RSS_MODE=iptables` the other), `KAJI_BENCH_IPTABLES=
-//! iptables-legacy|iptables-nft` the iptables backend. Every iptables and nft command runs under
+//! iptables-legacy|iptables-nft` the iptables backend, `KAJI_BENCH_SHOW_LOG=1` prints the tail of
+//! the rss part's proxy log (each sync's `took_ms` and `model_ms`). Every iptables and nft command runs under
 //! `ip netns exec`; the namespaces are deleted at the end.
 
 mod rss;

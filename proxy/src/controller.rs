@@ -101,13 +101,15 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
         let ctx = ctx.clone();
         // The model is built beside the sync, on the blocking thread: its per-sync garbage then
         // stays out of the memory the caches live in.
-        let (s, warnings, result) = tokio::task::spawn_blocking(move || {
+        let (s, warnings, result, model_ms) = tokio::task::spawn_blocking(move || {
+            let t = Instant::now();
             let (model, warnings) = assemble(svcs.iter().map(|s| s.as_ref()), eps.iter().map(|e| e.as_ref()), &ctx);
             drop((svcs, eps));
+            let model_ms = t.elapsed().as_millis() as u64;
             let r = s.sync(model, full);
             // The previous model and this sync's garbage are free now: give the pages back.
             crate::malloc::trim();
-            (s, warnings, r)
+            (s, warnings, r, model_ms)
         })
         .instrument(span.clone())
         .await
@@ -137,6 +139,7 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
                 if outcome.restored {
                     tracing::info!(
                         took_ms = (took * 1000.0) as u64,
+                        model_ms,
                         chains_written = outcome.chains_written,
                         chains_deleted = outcome.chains_deleted,
                         elements_written = outcome.elements_written,

@@ -88,7 +88,7 @@ async fn run(netns: &str, n: usize, mode: &str) -> anyhow::Result<Report> {
     .await;
     let _ = proxy.kill();
     let _ = proxy.wait();
-    if result.is_err() {
+    if result.is_err() || std::env::var_os("KAJI_BENCH_SHOW_LOG").is_some() {
         let log = std::fs::read_to_string(&log).unwrap_or_default();
         eprintln!("kaji-proxy log:\n{}", log.lines().rev().take(30).collect::<Vec<_>>().join("\n"));
     }
