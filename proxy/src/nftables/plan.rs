@@ -71,6 +71,30 @@ fn sorted(model: &Model) -> bool {
     model.services.windows(2).all(|w| key(&w[0]) < key(&w[1]))
 }
 
+/// Walks `old` and `new`, both in increasing `key` order, side by side: `f` gets each item only
+/// one of them has (the other `None`) and each pair with equal keys, in key order.
+fn merge<T, K: Ord>(
+    old: impl Iterator<Item = T>,
+    new: impl Iterator<Item = T>,
+    key: impl Fn(&T) -> K,
+    mut f: impl FnMut(Option<T>, Option<T>),
+) {
+    let (mut old, mut new) = (old.peekable(), new.peekable());
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => return,
+            (Some(o), Some(n)) => key(o).cmp(&key(n)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+        };
+        match order {
+            std::cmp::Ordering::Less => f(old.next(), None),
+            std::cmp::Ordering::Greater => f(None, new.next()),
+            std::cmp::Ordering::Equal => f(old.next(), new.next()),
+        }
+    }
+}
+
 /// The partial sync from `applied` to `model` (whose elements are `elements`, hairpin set
 /// `hairpin`). Both models must have the same masquerade settings (otherwise every chain
 /// changes: sync fully). At 10,000 services this runs on every sync, so sorted models (the
@@ -85,31 +109,16 @@ pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &
         diff_service(p, before, after);
     };
     if sorted(&applied.model) && sorted(model) {
-        let (mut old, mut new) = (applied.model.services.iter().peekable(), model.services.iter().peekable());
-        loop {
-            match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some(o), Some(n)) if key(o) == key(n) => {
-                    if o != n {
-                        changed(&mut p, Some(o), Some(n));
-                    }
-                    old.next();
-                    new.next();
+        merge(
+            applied.model.services.iter(),
+            model.services.iter(),
+            |sp| key(sp),
+            |o, n| {
+                if o != n {
+                    changed(&mut p, o, n);
                 }
-                (Some(o), Some(n)) if key(o) < key(n) => {
-                    changed(&mut p, Some(o), None);
-                    old.next();
-                }
-                (Some(o), None) => {
-                    changed(&mut p, Some(o), None);
-                    old.next();
-                }
-                (_, Some(n)) => {
-                    changed(&mut p, None, Some(n));
-                    new.next();
-                }
-            }
-        }
+            },
+        );
     } else {
         let old = index(&applied.model);
         let mut seen = HashSet::with_capacity(model.services.len());
@@ -126,32 +135,22 @@ pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &
     }
 
     // Both maps are ordered by key: one merge finds what left, changed and arrived.
-    let (mut old, mut new) = (applied.elements.iter().peekable(), elements.iter().peekable());
-    loop {
-        match (old.peek(), new.peek()) {
-            (None, None) => break,
-            (Some((ok, ov)), Some((nk, nv))) if ok == nk => {
-                if ov != nv {
-                    p.delete_elements.push(**ok);
-                    p.add_elements.push((nk.0, nk.1, (*nv).clone()));
+    merge(
+        applied.elements.iter(),
+        elements.iter(),
+        |(mk, _)| **mk,
+        |o, n| match (o, n) {
+            (Some((_, ov)), Some((_, nv))) if ov == nv => {}
+            (o, n) => {
+                if let Some((mk, _)) = o {
+                    p.delete_elements.push(*mk);
                 }
-                old.next();
-                new.next();
+                if let Some((mk, v)) = n {
+                    p.add_elements.push((mk.0, mk.1, v.clone()));
+                }
             }
-            (Some((ok, _)), Some((nk, _))) if ok < nk => {
-                p.delete_elements.push(**ok);
-                old.next();
-            }
-            (Some((ok, _)), None) => {
-                p.delete_elements.push(**ok);
-                old.next();
-            }
-            (_, Some((nk, nv))) => {
-                p.add_elements.push((nk.0, nk.1, (*nv).clone()));
-                new.next();
-            }
-        }
-    }
+        },
+    );
     p.delete_hairpin = applied.hairpin.difference(hairpin).copied().collect();
     p.add_hairpin = hairpin.difference(&applied.hairpin).copied().collect();
     p

@@ -179,18 +179,7 @@ impl<W: io::Write> Tx<W> {
     }
 
     pub fn delete_elements<'k>(&mut self, map: Map, keys: impl IntoIterator<Item = &'k Key>) -> io::Result<()> {
-        let mut keys = keys.into_iter().peekable();
-        if keys.peek().is_none() {
-            return Ok(());
-        }
-        self.command(format_args!("delete element ip {TABLE} {} {{", map.name()));
-        for key in keys {
-            let _ = writeln!(self.buf, "\t\t{key},");
-            self.counts.elements_written += 1;
-            self.spill()?;
-        }
-        self.buf.push_str("\t}\n");
-        Ok(())
+        self.element_block(map, false, keys, |buf, key| writeln!(buf, "\t\t{key},"))
     }
 
     /// Adds elements with `add map`/`add set` (which declares it as it is, then adds to it).
@@ -199,43 +188,47 @@ impl<W: io::Write> Tx<W> {
         map: Map,
         elements: impl IntoIterator<Item = (&'e Key, &'e Verdict)>,
     ) -> io::Result<()> {
-        let mut elements = elements.into_iter().peekable();
-        if elements.peek().is_none() {
-            return Ok(());
-        }
-        self.command(format_args!("add {} ip {TABLE} {} {{ {} elements = {{", map.keyword(), map.name(), map.spec()));
-        for (key, v) in elements {
-            let _ = writeln!(self.buf, "\t\t{key} {v},");
-            self.counts.elements_written += 1;
-            self.spill()?;
-        }
-        self.buf.push_str("\t}; }\n");
-        Ok(())
+        self.element_block(map, true, elements, |buf, (key, v)| writeln!(buf, "\t\t{key} {v},"))
     }
 
     /// Adds endpoint addresses to the hairpin set.
     pub fn add_hairpin<'a>(&mut self, ips: impl IntoIterator<Item = &'a Ipv4Addr>) -> io::Result<()> {
-        self.hairpin("add set", Map::Hairpin.spec(), ips)
+        self.element_block(Map::Hairpin, true, ips, |buf, ip| writeln!(buf, "\t\t{ip} . {ip},"))
     }
 
     /// Removes endpoint addresses from the hairpin set.
     pub fn delete_hairpin<'a>(&mut self, ips: impl IntoIterator<Item = &'a Ipv4Addr>) -> io::Result<()> {
-        self.hairpin("delete element", "", ips)
+        self.element_block(Map::Hairpin, false, ips, |buf, ip| writeln!(buf, "\t\t{ip} . {ip},"))
     }
 
-    fn hairpin<'a>(&mut self, verb: &str, spec: &str, ips: impl IntoIterator<Item = &'a Ipv4Addr>) -> io::Result<()> {
-        let mut ips = ips.into_iter().peekable();
-        if ips.peek().is_none() {
+    /// One `add map|set ... elements = { ... }` or `delete element ... { ... }` command, an element
+    /// per line as `line` writes it; nothing at all without elements.
+    fn element_block<T>(
+        &mut self,
+        map: Map,
+        add: bool,
+        elements: impl IntoIterator<Item = T>,
+        line: impl Fn(&mut String, T) -> std::fmt::Result,
+    ) -> io::Result<()> {
+        let mut elements = elements.into_iter().peekable();
+        if elements.peek().is_none() {
             return Ok(());
         }
-        let open = if spec.is_empty() { String::new() } else { format!(" {spec} elements = {{") };
-        self.command(format_args!("{verb} ip {TABLE} {} {{{open}", Map::Hairpin.name()));
-        for ip in ips {
-            let _ = writeln!(self.buf, "\t\t{ip} . {ip},");
+        match add {
+            true => self.command(format_args!(
+                "add {} ip {TABLE} {} {{ {} elements = {{",
+                map.keyword(),
+                map.name(),
+                map.spec()
+            )),
+            false => self.command(format_args!("delete element ip {TABLE} {} {{", map.name())),
+        }
+        for e in elements {
+            let _ = line(&mut self.buf, e);
             self.counts.elements_written += 1;
             self.spill()?;
         }
-        self.buf.push_str(if spec.is_empty() { "\t}\n" } else { "\t}; }\n" });
+        self.buf.push_str(if add { "\t}; }\n" } else { "\t}\n" });
         Ok(())
     }
 
