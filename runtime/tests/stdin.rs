@@ -6,17 +6,11 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use common::{stdout_of, Fixture};
+use common::{require_root_and_busybox, stdout_of, Fixture};
 use kaji_runtime::container::Error;
 use kaji_runtime::{ContainerRuntime, CreateOptions, Status};
 
 const ECHO: &str = "while read l; do echo got:$l; done; echo eof";
-
-/// Fails (never skips) when the test cannot run here.
-fn require_root_and_busybox() {
-    assert!(nix::unistd::geteuid().is_root(), "these tests need root");
-    assert!(std::path::Path::new("/bin/busybox").exists(), "these tests need /bin/busybox (busybox-static)");
-}
 
 fn wait_for_stdout(log: &std::path::Path, want: &[&str]) -> Vec<String> {
     for _ in 0..200 {

@@ -8,15 +8,9 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use common::Fixture;
+use common::{require_root_and_busybox, Fixture};
 use kaji_runtime::container::Error;
 use kaji_runtime::{ContainerRuntime, CreateOptions};
-
-/// Fails (never skips) when the test cannot run here.
-fn require_root_and_busybox() {
-    assert!(nix::unistd::geteuid().is_root(), "these tests need root");
-    assert!(std::path::Path::new("/bin/busybox").exists(), "these tests need /bin/busybox (busybox-static)");
-}
 
 /// The log's raw records (stream, tag, text), in order.
 fn records(log: &std::path::Path) -> Vec<(String, String, String)> {
@@ -48,6 +42,14 @@ fn wait_for(log: &std::path::Path, want: &str) -> String {
     screen(log)
 }
 
+/// `spec` with `process.terminal` set.
+fn on_a_terminal(mut spec: oci_spec::runtime::Spec) -> anyhow::Result<oci_spec::runtime::Spec> {
+    let mut process = spec.process().clone().ok_or_else(|| anyhow::anyhow!("no process"))?;
+    process.set_terminal(Some(true));
+    spec.set_process(Some(process));
+    Ok(spec)
+}
+
 // The size may reach the terminal after the stdin line does (two fifos), so the script waits
 // for it rather than racing it.
 const SCRIPT: &str = "tty; printf 'name? '; read x; \
@@ -60,10 +62,7 @@ fn native_terminal_carries_output_stdin_resizes_and_end_of_file() -> anyhow::Res
     let mut fx = Fixture::new()?;
     let rt = fx.native();
     let id = "tty-native";
-    let mut spec = fx.spec(id, SCRIPT)?;
-    let mut process = spec.process().clone().ok_or_else(|| anyhow::anyhow!("no process"))?;
-    process.set_terminal(Some(true));
-    spec.set_process(Some(process));
+    let spec = on_a_terminal(fx.spec(id, SCRIPT)?)?;
     let bundle = fx.bundle(id, &spec)?;
     let log = fx.log_path(id);
     fx.created.push(id.to_string());
@@ -106,10 +105,7 @@ fn a_container_without_a_terminal_cannot_be_resized_and_runc_refuses_one() -> an
     rt.delete("plain", true)?;
 
     let runc = fx.runc().ok_or_else(|| anyhow::anyhow!("these tests need runc"))?;
-    let mut spec = fx.spec("tty-runc", "true")?;
-    let mut process = spec.process().clone().ok_or_else(|| anyhow::anyhow!("no process"))?;
-    process.set_terminal(Some(true));
-    spec.set_process(Some(process));
+    let spec = on_a_terminal(fx.spec("tty-runc", "true")?)?;
     let bundle = fx.bundle("tty-runc", &spec)?;
     let err = runc.create("tty-runc", &bundle, &CreateOptions::default()).expect_err("runc has no console socket");
     assert!(err.to_string().contains("process.terminal is not supported by the runc backend"), "{err}");

@@ -12,6 +12,12 @@ use oci_spec::runtime::Spec;
 pub const HELPER: &str = env!("CARGO_BIN_EXE_kaji-runtime");
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// For tests that fail (never skip) when they cannot run here.
+pub fn require_root_and_busybox() {
+    assert!(nix::unistd::geteuid().is_root(), "these tests need root");
+    assert!(Path::new("/bin/busybox").exists(), "these tests need /bin/busybox (busybox-static)");
+}
+
 /// Root-only tests skip (with a note) when not root or when busybox-static is missing.
 pub fn can_run() -> bool {
     if !nix::unistd::geteuid().is_root() {
