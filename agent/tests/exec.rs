@@ -184,11 +184,7 @@ async fn exec_over_websocket_and_kubectl_exec_reach_the_container() -> anyhow::R
 
     node.pods("default").delete("box", &DeleteParams::default().grace_period(0)).await?;
     node.wait_gone("box").await?;
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(common::WAIT).await;
     Ok(())
 }
 
@@ -262,10 +258,6 @@ async fn attach_to_a_tty_container_gets_its_terminal() -> anyhow::Result<()> {
 
     node.pods("default").delete("tty", &DeleteParams::default().grace_period(0)).await?;
     node.wait_gone("tty").await?;
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(common::WAIT).await;
     Ok(())
 }

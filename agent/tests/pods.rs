@@ -233,11 +233,7 @@ async fn restart_policies_back_off_and_oom_kills_show_in_the_status() -> anyhow:
     for name in ["never", "onfailure", "always", "oom", "missing-image", "bad-command", "bad-config"] {
         node.wait_gone(name).await?;
     }
-    let deadline = tokio::time::Instant::now() + 2 * common::WAIT; // seven pods torn down at once on a loaded machine
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(2 * common::WAIT).await; // seven pods torn down at once on a loaded machine
     Ok(())
 }
 

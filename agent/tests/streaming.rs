@@ -292,11 +292,7 @@ async fn kubectl_port_forward_reaches_a_server_on_the_pods_loopback() -> anyhow:
         node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
         node.wait_gone(name).await?;
     }
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(common::WAIT).await;
     Ok(())
 }
 
@@ -358,11 +354,7 @@ async fn kubectl_1_28_exec_and_attach_speak_spdy_and_1_32_attaches_over_websocke
 
     node.pods("default").delete("box", &DeleteParams::default().grace_period(0)).await?;
     node.wait_gone("box").await?;
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(common::WAIT).await;
     Ok(())
 }
 
@@ -408,11 +400,7 @@ async fn kubectl_run_it_gives_a_shell_on_a_terminal() -> anyhow::Result<()> {
     ensure!(text.contains("size:27 91\r\nhi-42\r\n"), "{text:?}");
     ensure!(text.contains("pod \"t\" deleted"), "{text:?}");
     node.wait_gone("t").await?;
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(common::WAIT).await;
     Ok(())
 }
 
@@ -462,11 +450,7 @@ async fn kubectl_attach_i_writes_to_a_stdin_container_and_stdin_once_closes_it()
         node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
         node.wait_gone(name).await?;
     }
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while !node.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(node.leftovers(), Vec::<String>::new());
+    node.assert_nothing_left(common::WAIT).await;
     Ok(())
 }
 

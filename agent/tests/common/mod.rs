@@ -121,6 +121,16 @@ impl Node {
         bail!("pod {name} never became {what}; last seen: {}", serde_json::to_string_pretty(&last.map(|p| p.status))?)
     }
 
+    /// Waits up to `within` for the node to have nothing left (see [`Node::leftovers`]), then
+    /// asserts it has nothing left.
+    pub async fn assert_nothing_left(&self, within: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.leftovers().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(self.leftovers(), Vec::<String>::new());
+    }
+
     pub async fn wait_gone(&self, name: &str) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + WAIT;
         while tokio::time::Instant::now() < deadline {
