@@ -52,6 +52,12 @@ fn exit_code(code: u8) -> Value {
 /// Plays one command: `echo ARGS`, `fail CODE` (stderr, then the exit status), `cat` (stdin
 /// echoed until the client closes it).
 async fn play(mut ws: WebSocket, command: Vec<String>, seen: Shared) {
+    // A real command takes a few milliseconds to start; this script would answer at once. kubectl
+    // (client-go's websocket executor) registers its streams only after the upgrade returns, in a
+    // goroutine racing its reader, which drops a frame for a stream not yet registered ("Unknown
+    // stream id 2, discarding message"). The pause stands for the process start, so what is
+    // tested is the apiserver's relay, not that client race.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let status = match command.first().map(String::as_str) {
         Some("echo") => {
             let _ = ws.send(frame(1, format!("{}\n", command[1..].join(" ")).as_bytes())).await;
