@@ -1,5 +1,5 @@
 //! kaji-agent: parse flags, install tracing, run the agent until SIGTERM/SIGINT. Also the hidden
-//! `shim` verb (each container's monitor re-executes this binary) and `image` for air-gapped nodes.
+//! `fork-server` verb (the runtime execs this binary once to fork every container's monitor) and `image` for air-gapped nodes.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -88,23 +88,12 @@ enum Command {
     },
     /// Remove every container, sandbox, volume and pod cgroup of this node (the agent must be stopped).
     Cleanup,
+    /// Forks a shim per container for the runtime (see kaji_runtime::forkserver).
     #[command(hide = true)]
-    Shim {
+    ForkServer {
+        /// The runtime state root it serves (shown in `ps`; the requests carry their own).
         #[arg(long)]
-        root: PathBuf,
-        #[arg(long)]
-        id: String,
-        #[arg(long)]
-        bundle: PathBuf,
-        #[arg(long = "cri-log")]
-        log_file: Option<PathBuf>,
-        #[arg(long)]
-        runc: Option<PathBuf>,
-        #[arg(long)]
-        runc_root: Option<PathBuf>,
-        /// Give the container a stdin fifo.
-        #[arg(long)]
-        stdin: bool,
+        root: Option<PathBuf>,
     },
     /// The exec helper: joins a container's namespaces and cgroup and runs a command there.
     #[command(hide = true)]
@@ -157,18 +146,9 @@ fn interface_ip(interface: &str) -> anyhow::Result<IpAddr> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Command::Shim { root, id, bundle, log_file, runc, runc_root, stdin }) = &args.command {
-        // Single-threaded on purpose: the shim clones the container init.
-        let a = kaji_runtime::shim::Args {
-            root: root.clone(),
-            id: id.clone(),
-            bundle: bundle.clone(),
-            log: log_file.clone(),
-            runc: runc.clone(),
-            runc_root: runc_root.clone(),
-            stdin: *stdin,
-        };
-        std::process::exit(kaji_runtime::shim::main(a));
+    if let Some(Command::ForkServer { .. }) = &args.command {
+        // Single-threaded on purpose: it forks the shims, which clone container inits.
+        std::process::exit(kaji_runtime::forkserver::main());
     }
     if let Some(Command::Nsenter { root, id, process, tty }) = &args.command {
         // Single-threaded on purpose: setns into a mount namespace refuses threaded callers.

@@ -133,7 +133,12 @@ fn main() -> anyhow::Result<()> {
         eprintln!("runtime bench skipped: needs root and /bin/busybox");
         return Ok(());
     }
-    let runc_bin = ["/usr/sbin/runc", "/usr/bin/runc"].iter().map(PathBuf::from).find(|p| p.exists());
+    // KAJI_RT_BENCH_RUNC=0 measures the native backend alone (quicker, while tuning it).
+    let runc_bin = ["/usr/sbin/runc", "/usr/bin/runc"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .filter(|_| std::env::var("KAJI_RT_BENCH_RUNC").as_deref() != Ok("0"));
     // For profiling one run by hand (strace, perf): write the bench's bundle and stop.
     if let Some(out) = std::env::var_os("KAJI_RT_BENCH_BUNDLE") {
         let out = PathBuf::from(out);

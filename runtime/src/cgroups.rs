@@ -102,6 +102,15 @@ impl Cgroup {
     }
 }
 
+/// Done once by the fork server, so every shim it forks inherits the result: libcgroups opens
+/// procfs through `pathrs`, whose first use in a process mounts a private procfs instance
+/// (fsopen) and caches its fd; after this, shims use that cached handle instead of each mounting
+/// their own. The fd is close-on-exec, so no container process keeps it.
+pub fn warm_up() {
+    let _ = libcgroups::v1::util::list_subsystem_mount_points();
+    let _ = v1_mounts();
+}
+
 /// The directories a cgroup path may occupy on this host: one per v1 hierarchy (including the
 /// named systemd one, which runc also joins), one on v2.
 pub fn directories(path: &Path) -> Result<Vec<PathBuf>> {
@@ -167,6 +176,19 @@ pub struct V1Mount {
     /// The cgroup shown at the mount point (`/` unless only a subtree is mounted).
     pub root: PathBuf,
     pub controllers: Vec<String>,
+}
+
+/// This host's cgroup v1 hierarchies, read from mountinfo once per process: they are mounted at
+/// boot and stay, while mountinfo grows with every container's mounts and is read on every
+/// container's create, OOM check and removal otherwise.
+pub fn v1_mounts() -> Result<&'static [V1Mount]> {
+    static MOUNTS: std::sync::OnceLock<Vec<V1Mount>> = std::sync::OnceLock::new();
+    if let Some(m) = MOUNTS.get() {
+        return Ok(m);
+    }
+    let path = Path::new("/proc/self/mountinfo");
+    let mounts = parse_v1_mounts(&std::fs::read_to_string(path).map_err(io_err(path))?);
+    Ok(MOUNTS.get_or_init(|| mounts))
 }
 
 /// Pure: the cgroup v1 mounts in a mountinfo text that carry at least one controller we manage.
@@ -241,11 +263,9 @@ pub fn enter_self(path: &Path) -> Result<Option<Joined>> {
         return Ok(None);
     }
     let rel = path.strip_prefix("/").unwrap_or(path);
-    let mountinfo =
-        std::fs::read_to_string("/proc/self/mountinfo").map_err(io_err(Path::new("/proc/self/mountinfo")))?;
     let own = std::fs::read_to_string("/proc/self/cgroup").map_err(io_err(Path::new("/proc/self/cgroup")))?;
     let mut plan = Vec::new();
-    for m in parse_v1_mounts(&mountinfo) {
+    for m in v1_mounts()? {
         // Where we are now, as a path under this mount; if that cannot be known (a cgroup
         // outside the mounted subtree), fall back to moving the init in from outside.
         let here = parse_own_cgroup(&own, &m.controllers[0]).map(Path::new);
@@ -276,32 +296,45 @@ pub fn enter_self(path: &Path) -> Result<Option<Joined>> {
     Ok(Some(joined))
 }
 
-/// mkdir -p of `rel` under a hierarchy; in cpuset, every level whose cpus or mems are empty
-/// gets its parent's (a v1 cpuset cgroup starts empty and refuses tasks with ENOSPC). Levels
-/// that already existed are checked too: another shim may have just created one and not yet
-/// filled it, and copying its empty values down would leave the whole subtree unusable.
+/// mkdir -p of `rel` under a hierarchy, leaf first (its parents usually exist); in cpuset, the
+/// leaf gets its parent's cpus and mems (a v1 cpuset cgroup starts empty and refuses tasks with
+/// ENOSPC). An empty parent is filled from its own parent first, up to the first level that has
+/// values: another shim may have just created that level and not yet filled it, and copying its
+/// empty values down would leave the whole subtree unusable.
 fn create(mount: &Path, rel: &Path, cpuset: bool) -> Result<()> {
-    let mut dir = mount.to_path_buf();
-    for part in rel.components() {
-        let parent = dir.clone();
-        dir.push(part);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(source) => return Err(Error::Join { pid: 0, path: dir, source }),
-        }
-        if cpuset {
-            for file in ["cpuset.cpus", "cpuset.mems"] {
-                let own = std::fs::read_to_string(dir.join(file)).map_err(io_err(&dir))?;
-                if !own.trim().is_empty() {
-                    continue;
-                }
-                let value = std::fs::read_to_string(parent.join(file)).map_err(io_err(&parent))?;
-                std::fs::write(dir.join(file), value.trim()).map_err(io_err(&dir))?;
-            }
+    let dir = mount.join(rel);
+    mkdir_p(mount, &dir)?;
+    if cpuset {
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            fill_cpuset(mount, &dir, file)?;
         }
     }
     Ok(())
+}
+
+fn mkdir_p(mount: &Path, dir: &Path) -> Result<()> {
+    let made = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    };
+    match made(std::fs::create_dir(dir)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir != mount => {
+            mkdir_p(mount, dir.parent().unwrap_or(mount))?;
+            made(std::fs::create_dir(dir)).map_err(io_err(dir))
+        }
+        other => other.map_err(io_err(dir)),
+    }
+}
+
+/// `dir`'s value of a cpuset `file`, copied from the nearest ancestor that has one when empty.
+fn fill_cpuset(mount: &Path, dir: &Path, file: &str) -> Result<String> {
+    let own = std::fs::read_to_string(dir.join(file)).map_err(io_err(dir))?;
+    if !own.trim().is_empty() || dir == mount {
+        return Ok(own.trim().to_string());
+    }
+    let value = fill_cpuset(mount, dir.parent().unwrap_or(mount), file)?;
+    std::fs::write(dir.join(file), &value).map_err(io_err(dir))?;
+    Ok(value)
 }
 
 /// Kills what is left in the container's cgroup and removes it from every hierarchy. On v1 and
@@ -312,9 +345,7 @@ pub fn remove(path: &Path) -> Result<()> {
         return Cgroup::new(path)?.remove();
     }
     let rel = path.strip_prefix("/").unwrap_or(path);
-    let mountinfo =
-        std::fs::read_to_string("/proc/self/mountinfo").map_err(io_err(Path::new("/proc/self/mountinfo")))?;
-    for m in parse_v1_mounts(&mountinfo) {
+    for m in v1_mounts()? {
         let dir = m.mount_point.join(rel);
         if dir.is_dir() {
             remove_dir(&dir)?;
@@ -349,10 +380,12 @@ pub fn oom_kills(path: &Path) -> u64 {
     let rel = path.strip_prefix("/").unwrap_or(path);
     let file = match libcgroups::common::get_cgroup_setup() {
         Ok(CgroupSetup::Unified) => Path::new(ROOT).join(rel).join("memory.events"),
-        Ok(_) => match libcgroups::v1::util::get_subsystem_mount_point(&libcgroups::v1::ControllerType::Memory) {
-            Ok(m) => m.join(rel).join("memory.oom_control"),
-            Err(_) => return 0,
-        },
+        Ok(_) => {
+            match v1_mounts().ok().and_then(|ms| ms.iter().find(|m| m.controllers.iter().any(|c| c == "memory"))) {
+                Some(m) => m.mount_point.join(rel).join("memory.oom_control"),
+                None => return 0,
+            }
+        }
         Err(_) => return 0,
     };
     std::fs::read_to_string(file).map(|text| parse_oom_kill(&text)).unwrap_or(0)

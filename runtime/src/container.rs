@@ -2,10 +2,10 @@
 //! behind one trait: [`Native`] (our own init) and [`Runc`] (any OCI runtime binary). Both keep
 //! their state on disk and use the same shim, so any process can re-attach to their containers.
 
-use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
@@ -19,7 +19,7 @@ use crate::cgroups::{self, Cgroup, Usage};
 use crate::exec::{self, Exec, ExecOptions};
 use crate::hooks::{self, Point};
 use crate::state::{self, Dir, Exit, Record, State, Status};
-use crate::{spec, sys};
+use crate::{forkserver, spec, sys};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -130,9 +130,15 @@ pub trait ContainerRuntime {
 struct Common {
     root: PathBuf,
     helper: PathBuf,
+    /// Forks the shims (see [`forkserver`]).
+    forks: Arc<forkserver::Client>,
 }
 
 impl Common {
+    fn new(root: PathBuf, helper: PathBuf) -> Self {
+        Common { forks: Arc::new(forkserver::Client::new(&helper, &root)), root, helper }
+    }
+
     fn dir(&self, id: &str) -> Result<Dir> {
         Ok(Dir::new(&self.root, id)?)
     }
@@ -153,30 +159,22 @@ impl Common {
         spec::validate(&spec, &bundle)?;
         let dir = self.dir(id)?;
         dir.create()?;
-        let mut cmd = Command::new(&self.helper);
-        cmd.arg("shim").arg("--root").arg(&self.root).arg("--id").arg(id).arg("--bundle").arg(&bundle);
-        if let Some(log) = &opts.log_path {
-            cmd.arg("--cri-log").arg(log);
-        }
-        if opts.stdin {
-            cmd.arg("--stdin");
-        }
-        if let Some((binary, root)) = runc {
-            cmd.arg("--runc").arg(binary).arg("--runc-root").arg(root);
-        }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        let args = crate::shim::Args {
+            root: self.root.clone(),
+            id: id.into(),
+            bundle,
+            log: opts.log_path.clone(),
+            runc: runc.map(|(binary, _)| binary.to_path_buf()),
+            runc_root: runc.map(|(_, root)| root.to_path_buf()),
+            stdin: opts.stdin,
+        };
+        let line = match self.forks.launch(&args) {
+            Ok(l) => l,
             Err(source) => {
                 let _ = dir.remove();
                 return Err(Error::Shim { helper: self.helper.clone(), source });
             }
         };
-        let mut line = String::new();
-        if let Some(out) = child.stdout.take() {
-            let _ = BufReader::new(out).read_line(&mut line);
-        }
-        let _ = child.wait();
         match line.trim_end().strip_prefix("ok ") {
             Some(_) => self.state(id),
             None => {
@@ -365,7 +363,7 @@ pub struct Native {
 impl Native {
     /// `root` holds container state; `helper` is the `kaji-runtime` binary (run as `shim`).
     pub fn new(root: impl Into<PathBuf>, helper: impl Into<PathBuf>) -> Self {
-        Native { common: Common { root: root.into(), helper: helper.into() } }
+        Native { common: Common::new(root.into(), helper.into()) }
     }
 }
 
@@ -466,7 +464,7 @@ impl Runc {
     pub fn new(root: impl Into<PathBuf>, helper: impl Into<PathBuf>, binary: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let runc_root = root.join(".runc");
-        Runc { common: Common { root, helper: helper.into() }, binary: binary.into(), runc_root }
+        Runc { common: Common::new(root, helper.into()), binary: binary.into(), runc_root }
     }
 
     /// `runc --root <root> <verb> <flags...> <id> <after...>` (runc wants `kill <id> <signal>`).

@@ -5,6 +5,7 @@
 pub mod cgroups;
 pub mod container;
 pub mod exec;
+pub mod forkserver;
 pub mod hooks;
 pub mod init;
 pub mod logs;

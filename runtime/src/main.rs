@@ -1,5 +1,5 @@
 //! `kaji-runtime`: an OCI-runtime command line with runc's shape (global flags before the verb),
-//! and the hidden `shim` verb the library re-execs for each container.
+//! and the hidden `fork-server` verb the library execs once to fork each container's shim.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -77,22 +77,9 @@ enum Verb {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
+    /// Forks shims on request (see the library's `forkserver`); its socket is fd 3.
     #[command(hide = true)]
-    Shim {
-        #[arg(long)]
-        id: String,
-        #[arg(long)]
-        bundle: PathBuf,
-        #[arg(long = "cri-log")]
-        log_file: Option<PathBuf>,
-        #[arg(long)]
-        runc: Option<PathBuf>,
-        #[arg(long)]
-        runc_root: Option<PathBuf>,
-        /// Give the container a stdin fifo.
-        #[arg(long)]
-        stdin: bool,
-    },
+    ForkServer,
     #[command(hide = true)]
     Nsenter {
         #[arg(long)]
@@ -123,17 +110,9 @@ fn backend(cli: &Cli) -> anyhow::Result<Box<dyn ContainerRuntime>> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Verb::Shim { id, bundle, log_file, runc, runc_root, stdin } = &cli.command {
-        let args = kaji_runtime::shim::Args {
-            root: cli.root.clone(),
-            id: id.clone(),
-            bundle: bundle.clone(),
-            log: log_file.clone(),
-            runc: runc.clone(),
-            runc_root: runc_root.clone(),
-            stdin: *stdin,
-        };
-        std::process::exit(kaji_runtime::shim::main(args));
+    if let Verb::ForkServer = &cli.command {
+        // Single-threaded on purpose: it forks the shims, which clone container inits.
+        std::process::exit(kaji_runtime::forkserver::main());
     }
     if let Verb::Nsenter { id, process, tty } = &cli.command {
         let args =
@@ -177,7 +156,7 @@ fn main() -> anyhow::Result<()> {
         Verb::Exec { id, process, tty, command } => {
             std::process::exit(exec(rt.as_ref(), id, process.as_deref(), *tty, command)?)
         }
-        Verb::Shim { .. } | Verb::Nsenter { .. } => bail!("unreachable: helper verbs handled above"),
+        Verb::Nsenter { .. } | Verb::ForkServer => bail!("unreachable: helper verbs handled above"),
     }
     Ok(())
 }

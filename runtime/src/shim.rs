@@ -1,10 +1,11 @@
-//! The per-container shim: a freshly exec'd, single-threaded helper (`kaji-runtime shim`) that
-//! detaches from its caller, creates the container (clone + init for the native backend,
+//! The per-container shim: a single-threaded process, forked by the [fork server](crate::forkserver)
+//! (a freshly exec'd helper), that creates the container (clone + init for the native backend,
 //! `runc create` for the runc backend), stays its parent (or subreaper), pumps stdout/stderr into
 //! a CRI-format log, and records the exit status. It outlives the process that created it.
 //!
-//! Why a re-exec'd helper: the agent is multi-threaded (tokio); a fork of it may inherit locks
-//! held by other threads. The shim starts from a clean exec with one thread, so clone() is safe.
+//! Why not a fork of the caller: the agent is multi-threaded (tokio); a fork of it may inherit
+//! locks held by other threads. The fork server started from a clean exec with one thread and
+//! stays single-threaded, so its forks, and their clone(), are safe.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -25,8 +26,8 @@ use crate::state::{self, Dir, Exit, Record, State, Status};
 use crate::sys::{self, Forked};
 use crate::{init, namespaces, rootfs, spec};
 
-/// Arguments of the hidden `shim` subcommand.
-#[derive(Debug, Clone)]
+/// Arguments of the hidden `shim` subcommand (and of a fork server's request).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Args {
     pub root: PathBuf,
     pub id: String,
@@ -134,17 +135,10 @@ fn stdin_fifo(dir: &Dir) -> Result<(OwnedFd, Keeper), Failure> {
 
 type Failure = String;
 
-/// Entry point of `kaji-runtime shim`. Prints one line on stdout — `ok <pid>` or `error: <why>` —
-/// then keeps running detached until the container exits.
-pub fn main(args: Args) -> i32 {
-    match sys::fork() {
-        Err(e) => {
-            println!("error: failed to fork shim: {e}");
-            return 1;
-        }
-        Ok(Forked::Parent(_)) => return 0,
-        Ok(Forked::Child) => {}
-    }
+/// The shim, in a single-threaded process of its own (forked by the fork server).
+/// Prints one line on stdout — `ok <pid>` or `error: <why>` — then keeps running in a session of
+/// its own until the container exits.
+pub fn run(args: Args) -> i32 {
     let _ = nix::unistd::setsid();
     let dir = match Dir::new(&args.root, &args.id) {
         Ok(d) => d,

@@ -144,17 +144,27 @@ pub fn open_pty(size: Option<(u16, u16)>) -> std::io::Result<(File, File)> {
 
 /// Sends `fd` over the unix socket `sock` (SCM_RIGHTS, with one byte of data).
 pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    send_with_fd(sock, b"t", fd)
+}
+
+/// Sends `data` with `fd` attached (SCM_RIGHTS) in one message; never raises SIGPIPE.
+pub fn send_with_fd(sock: BorrowedFd<'_>, data: &[u8], fd: BorrowedFd<'_>) -> Result<(), Errno> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let iov = [std::io::IoSlice::new(b"t")];
+    let iov = [std::io::IoSlice::new(data)];
     let fds = [fd.as_raw_fd()];
-    sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None).map(drop)
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None).map(drop)
 }
 
 /// Receives one fd sent with [`send_fd`] (close-on-exec); `None` if the message carried none.
 pub fn recv_fd(sock: BorrowedFd<'_>) -> Result<Option<OwnedFd>, Errno> {
+    recv_with_fd(sock, &mut [0u8; 1]).map(|(_, fd)| fd)
+}
+
+/// Receives one message into `buf` and the first fd it carried (close-on-exec). `(0, None)` at
+/// end of file.
+pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>), Errno> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut byte = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut iov = [std::io::IoSliceMut::new(buf)];
     let mut space = nix::cmsg_space!([RawFd; 1]);
     let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
     let mut got = None;
@@ -167,7 +177,7 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> Result<Option<OwnedFd>, Errno> {
             }
         }
     }
-    Ok(got)
+    Ok((msg.bytes, got))
 }
 
 /// Sets a terminal's size (TIOCSWINSZ); the foreground process group gets SIGWINCH.
@@ -185,4 +195,14 @@ pub fn set_controlling_terminal(fd: RawFd) -> Result<(), Errno> {
     // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal from another session).
     let ret = unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) };
     Errno::result(ret).map(drop)
+}
+
+/// Sets SIGCHLD to be ignored (`true`: exited children are reaped by the kernel, as the fork
+/// server wants for the shims it forks) or back to its default (`false`, before a child that
+/// waits for its own children).
+pub fn ignore_children(ignore: bool) -> Result<(), Errno> {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    let handler = if ignore { SigHandler::SigIgn } else { SigHandler::SigDfl };
+    // SAFETY: SIG_IGN and SIG_DFL install no handler code, so no async-signal-safety concern.
+    unsafe { signal(Signal::SIGCHLD, handler) }.map(drop)
 }

@@ -190,7 +190,9 @@ mod tests {
             Some("in network namespace kaji-lab-7001-node-1")
         );
         assert!(why(p("sh", &["sh"], 1, "4:memory:/kaji-lab-7001-node-2/kubepods/pod1/c")).is_some());
-        assert!(why(p("kaji-agent", &["kaji-agent", "shim", "--root=/tmp/l/node-1/runtime"], 1, "")).is_some());
+        assert!(
+            why(p("kaji-agent", &["kaji-agent", "fork-server", "--root", "/tmp/l/node-1/runtime"], 1, "")).is_some()
+        );
         assert!(why(p("kaji", &["kaji", "lab", "forward", "--netns", "kaji-lab-7001"], 1, "")).is_some());
         // Not the lab's: another lab, a user's `kaji lab status`, an unrelated shell.
         assert!(why(p("sh", &["sh"], 1, "4:memory:/kaji-lab-70011-node-1/kubepods")).is_none());
