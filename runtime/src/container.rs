@@ -212,8 +212,14 @@ impl Common {
         })
     }
 
+    /// Waits for the shim's exit record: woken when the shim closes its [`Dir::exited`] fifo,
+    /// right after writing the record, or when the shim ends (pidfd), whichever is first.
     fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
+        use std::os::unix::fs::OpenOptionsExt;
         let (dir, record) = self.record(id)?;
+        // Opened before looking for the record: if the shim closes it after this, we see the
+        // hang-up; if it closed it before, the record is there.
+        let exited = std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(dir.exited()).ok();
         if let Some(exit) = state::read_json::<Exit>(&dir.exit())? {
             return Ok(exit);
         }
@@ -222,7 +228,10 @@ impl Common {
                 None => PollTimeout::NONE,
                 Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
             };
-            let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+            let mut fds = vec![PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+            if let Some(f) = &exited {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            }
             loop {
                 match nix::poll::poll(&mut fds, t) {
                     Ok(0) => return Err(Error::Timeout(id.into())),
@@ -577,5 +586,45 @@ mod tests {
         }
         assert!(!shim_running(pid), "a zombie is not running");
         child.wait().expect("reap");
+    }
+
+    /// A stand-in shim (this test) holds the `exited` fifo of a container whose "shim" process
+    /// keeps running: `wait` returns the record as soon as the fifo is closed after it is
+    /// written, without waiting for that process to end.
+    #[test]
+    fn wait_returns_once_the_exit_record_is_announced_not_when_the_shim_ends() -> anyhow::Result<()> {
+        let root = tempfile::tempdir()?;
+        let rt = Native::new(root.path(), "/nonexistent-helper");
+        let dir = Dir::new(root.path(), "c")?;
+        std::fs::create_dir_all(&dir.path)?;
+        let mut shim = Command::new("sleep").arg("30").spawn()?;
+        let record = Record {
+            id: "c".into(),
+            pid: shim.id() as i32,
+            shim_pid: shim.id() as i32,
+            bundle: root.path().into(),
+            created: String::new(),
+            cgroups_path: None,
+            log_path: None,
+            backend: "native".into(),
+            annotations: Default::default(),
+            hooks: None,
+        };
+        state::write_json(&dir.record(), &record)?;
+        nix::unistd::mkfifo(&dir.exited(), nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+        let held = std::fs::File::options().read(true).write(true).open(dir.exited())?;
+        let waiter = std::thread::spawn(move || rt.wait("c", Some(Duration::from_secs(20))));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "nothing announced yet");
+        let exit = Exit { code: 7, signal: None, oom_killed: false };
+        state::write_json(&dir.exit(), &exit)?;
+        drop(held);
+        let got = waiter.join().expect("waiter thread");
+        let still_running = shim.try_wait()?.is_none();
+        let _ = shim.kill();
+        let _ = shim.wait();
+        assert_eq!(got?, exit);
+        assert!(still_running, "the stand-in shim was still running when wait returned");
+        Ok(())
     }
 }

@@ -157,6 +157,9 @@ pub fn run(args: Args) -> i32 {
             return 1;
         }
     };
+    // Waiters learn of the exit record when this closes (see `Dir::exited`); without it they
+    // wait for the shim itself to exit.
+    let exited = exited_fifo(&dir);
     let _ = writeln!(out, "ok {}", launched.pid);
     let _ = out.flush();
     if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
@@ -165,10 +168,20 @@ pub fn run(args: Args) -> i32 {
         }
     }
     let exit = monitor(&args, launched);
-    match state::write_json(&dir.exit(), &exit) {
+    let code = match state::write_json(&dir.exit(), &exit) {
         Ok(()) => 0,
         Err(_) => 1,
-    }
+    };
+    drop(exited);
+    code
+}
+
+/// The fifo [`Dir::exited`], held open for writing (read-write: the open never blocks) until
+/// the exit record is written. Opened after the init was cloned, so only the shim holds it.
+fn exited_fifo(dir: &Dir) -> Option<File> {
+    let path = dir.exited();
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).ok()?;
+    File::options().read(true).write(true).open(&path).ok()
 }
 
 /// (read end, write end) of a log pipe.

@@ -131,6 +131,11 @@ impl Dir {
     pub fn exit(&self) -> PathBuf {
         self.path.join("exit.json")
     }
+    /// A fifo the shim holds open until it has written the exit record: a reader that opened it
+    /// while the shim held it sees a hang-up then (before the shim itself has exited).
+    pub fn exited(&self) -> PathBuf {
+        self.path.join("exited.fifo")
+    }
     pub fn fifo(&self) -> PathBuf {
         self.path.join("exec.fifo")
     }
