@@ -193,10 +193,8 @@ impl Common {
             // The init is gone but its shim, still running, has not recorded the exit yet (it
             // drains the logs first): wait for the record rather than report an exit without its
             // code, which a caller would take for a kill.
-            let deadline = std::time::Instant::now() + EXIT_RECORD_WAIT;
-            while exit.is_none() && shim_running(record.shim_pid) && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-                exit = state::read_json::<Exit>(&dir.exit())?;
+            if let Waited::Exit(e) = await_exit(&dir, record.shim_pid, Some(EXIT_RECORD_WAIT))? {
+                exit = Some(e);
             }
         }
         let status = state::status(exit.as_ref(), alive, dir.created_marker().exists());
@@ -212,36 +210,14 @@ impl Common {
         })
     }
 
-    /// Waits for the shim's exit record: woken when the shim closes its [`Dir::exited`] fifo,
-    /// right after writing the record, or when the shim ends (pidfd), whichever is first.
+    /// Waits for the shim's exit record (see [`await_exit`]).
     fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
-        use std::os::unix::fs::OpenOptionsExt;
         let (dir, record) = self.record(id)?;
-        // Opened before looking for the record: if the shim closes it after this, we see the
-        // hang-up; if it closed it before, the record is there.
-        let exited = std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(dir.exited()).ok();
-        if let Some(exit) = state::read_json::<Exit>(&dir.exit())? {
-            return Ok(exit);
+        match await_exit(&dir, record.shim_pid, timeout)? {
+            Waited::Exit(exit) => Ok(exit),
+            Waited::TimedOut => Err(Error::Timeout(id.into())),
+            Waited::ShimGone => Err(Error::ShimGone(id.into())),
         }
-        if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(record.shim_pid)) {
-            let t = match timeout {
-                None => PollTimeout::NONE,
-                Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
-            };
-            let mut fds = vec![PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-            if let Some(f) = &exited {
-                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-            }
-            loop {
-                match nix::poll::poll(&mut fds, t) {
-                    Ok(0) => return Err(Error::Timeout(id.into())),
-                    Ok(_) => break,
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(_) => break,
-                }
-            }
-        }
-        state::read_json::<Exit>(&dir.exit())?.ok_or_else(|| Error::ShimGone(id.into()))
     }
 
     /// The container must be running (started, not exited) to exec into it.
@@ -556,53 +532,64 @@ impl ContainerRuntime for Runc {
 const EXIT_RECORD_WAIT: Duration = Duration::from_secs(1);
 
 /// Whether the shim is still running (a zombie is not: it has nothing left to record).
-fn shim_running(pid: i32) -> bool {
-    if pid <= 0 {
-        return false;
+enum Waited {
+    Exit(Exit),
+    TimedOut,
+    /// The shim ended without writing a record.
+    ShimGone,
+}
+
+/// The container's exit record, waiting up to `timeout` (`None`: forever) for its shim to write
+/// it: woken when the shim closes its [`Dir::exited`] fifo, right after writing the record, or
+/// when the shim ends (pidfd), whichever comes first.
+fn await_exit(dir: &Dir, shim_pid: i32, timeout: Option<Duration>) -> Result<Waited> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened before looking for the record: if the shim closes it after this, we see the
+    // hang-up; if it closed it before, the record is there.
+    let exited = std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(dir.exited()).ok();
+    if let Some(exit) = state::read_json::<Exit>(&dir.exit())? {
+        return Ok(Waited::Exit(exit));
     }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses and may hold spaces.
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
-        Err(_) => false,
+    if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(shim_pid)) {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut fds = vec![PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        if let Some(f) = &exited {
+            fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+        }
+        loop {
+            let left = match deadline {
+                None => PollTimeout::NONE,
+                Some(d) => PollTimeout::try_from(d.saturating_duration_since(std::time::Instant::now()))
+                    .unwrap_or(PollTimeout::MAX),
+            };
+            match nix::poll::poll(&mut fds, left) {
+                Ok(0) => return Ok(Waited::TimedOut),
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => break,
+            }
+        }
     }
+    Ok(state::read_json::<Exit>(&dir.exit())?.map_or(Waited::ShimGone, Waited::Exit))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_running_process_counts_as_a_running_shim_and_nothing_else_does() {
-        assert!(shim_running(std::process::id() as i32));
-        assert!(!shim_running(0));
-        assert!(!shim_running(-1));
-        assert!(!shim_running(i32::MAX), "no such pid");
-        let mut child = Command::new("true").spawn().expect("spawn true");
-        let pid = child.id() as i32;
-        // Exited but not yet reaped: a zombie has nothing left to record.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while shim_running(pid) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(!shim_running(pid), "a zombie is not running");
-        child.wait().expect("reap");
-    }
-
     /// A stand-in shim (this test) holds the `exited` fifo of a container whose "shim" process
     /// keeps running: `wait` returns the record as soon as the fifo is closed after it is
     /// written, without waiting for that process to end.
-    #[test]
-    fn wait_returns_once_the_exit_record_is_announced_not_when_the_shim_ends() -> anyhow::Result<()> {
-        let root = tempfile::tempdir()?;
-        let rt = Native::new(root.path(), "/nonexistent-helper");
-        let dir = Dir::new(root.path(), "c")?;
+    /// A container "c" under a temporary root whose shim is `shim` (a stand-in process) and whose
+    /// init is `init`, with the `exited` fifo made and held open as a shim holds it.
+    fn stand_in(root: &Path, init: i32, shim: i32) -> anyhow::Result<(Dir, std::fs::File)> {
+        let dir = Dir::new(root, "c")?;
         std::fs::create_dir_all(&dir.path)?;
-        let mut shim = Command::new("sleep").arg("30").spawn()?;
         let record = Record {
             id: "c".into(),
-            pid: shim.id() as i32,
-            shim_pid: shim.id() as i32,
-            bundle: root.path().into(),
+            pid: init,
+            shim_pid: shim,
+            bundle: root.into(),
             created: String::new(),
             cgroups_path: None,
             log_path: None,
@@ -613,6 +600,38 @@ mod tests {
         state::write_json(&dir.record(), &record)?;
         nix::unistd::mkfifo(&dir.exited(), nix::sys::stat::Mode::from_bits_truncate(0o600))?;
         let held = std::fs::File::options().read(true).write(true).open(dir.exited())?;
+        Ok((dir, held))
+    }
+
+    /// The init has exited, its (stand-in) shim not yet recorded it: `state` waits for the
+    /// record, woken by the fifo, and reports the exit with its code instead of a bare stop.
+    #[test]
+    fn state_of_an_exited_init_waits_for_its_record() -> anyhow::Result<()> {
+        let root = tempfile::tempdir()?;
+        let rt = Native::new(root.path(), "/nonexistent-helper");
+        let mut gone = Command::new("true").spawn()?;
+        gone.wait()?;
+        let mut shim = Command::new("sleep").arg("30").spawn()?;
+        let (dir, held) = stand_in(root.path(), gone.id() as i32, shim.id() as i32)?;
+        let asker = std::thread::spawn(move || rt.state("c"));
+        std::thread::sleep(Duration::from_millis(100));
+        let exit = Exit { code: 7, signal: None, oom_killed: false };
+        state::write_json(&dir.exit(), &exit)?;
+        drop(held);
+        let st = asker.join().expect("state thread");
+        let _ = shim.kill();
+        let _ = shim.wait();
+        let st = st?;
+        assert_eq!((st.status, st.exit), (Status::Stopped, Some(exit)));
+        Ok(())
+    }
+
+    #[test]
+    fn wait_returns_once_the_exit_record_is_announced_not_when_the_shim_ends() -> anyhow::Result<()> {
+        let root = tempfile::tempdir()?;
+        let rt = Native::new(root.path(), "/nonexistent-helper");
+        let mut shim = Command::new("sleep").arg("30").spawn()?;
+        let (dir, held) = stand_in(root.path(), shim.id() as i32, shim.id() as i32)?;
         let waiter = std::thread::spawn(move || rt.wait("c", Some(Duration::from_secs(20))));
         std::thread::sleep(Duration::from_millis(100));
         assert!(!waiter.is_finished(), "nothing announced yet");
