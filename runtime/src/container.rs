@@ -267,12 +267,18 @@ impl Common {
         Ok(())
     }
 
-    fn open_stdin(&self, id: &str) -> Result<std::fs::File> {
+    /// Opens one of an existing container's fifos for writing, without blocking: ENXIO when
+    /// nothing reads it (its shim is gone), NotFound when the container was made without it.
+    fn open_fifo(&self, id: &str, fifo: fn(&Dir) -> PathBuf) -> Result<(Dir, std::io::Result<std::fs::File>)> {
         use std::os::unix::fs::OpenOptionsExt;
-        let dir = self.dir(id)?;
-        self.record(id)?;
-        // Non-blocking: fails (ENXIO) instead of waiting when nothing reads the fifo.
-        let f = match std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.stdin()) {
+        let (dir, _) = self.record(id)?;
+        let f = std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(fifo(&dir));
+        Ok((dir, f))
+    }
+
+    fn open_stdin(&self, id: &str) -> Result<std::fs::File> {
+        let (_, opened) = self.open_fifo(id, Dir::stdin)?;
+        let f = match opened {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NoStdin(id.into())),
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(Error::StdinClosed(id.into())),
@@ -285,12 +291,9 @@ impl Common {
 
     fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let dir = self.dir(id)?;
-        self.record(id)?;
         let err = |source| Error::Resize { id: id.into(), source };
-        // Non-blocking: a shim that is gone (nothing reading) is an error, not a wait.
-        match std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.resize()) {
+        // A shim that is gone (nothing reading) is an error, not a wait.
+        match self.open_fifo(id, Dir::resize)?.1 {
             Ok(mut f) => f.write_all(format!("{cols} {rows}\n").as_bytes()).map_err(err),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NoTerminal(id.into())),
             Err(e) => Err(err(e)),
@@ -299,10 +302,8 @@ impl Common {
 
     fn close_stdin(&self, id: &str) -> Result<()> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let dir = self.dir(id)?;
-        self.record(id)?;
-        match std::fs::File::options().write(true).custom_flags(libc::O_NONBLOCK).open(dir.stdin_close()) {
+        let (dir, opened) = self.open_fifo(id, Dir::stdin_close)?;
+        match opened {
             Ok(mut f) => f.write_all(b"c").map_err(|source| Error::Stdin { id: id.into(), source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match dir.stdin().exists() {
                 true => Ok(()),
