@@ -189,8 +189,11 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// execve(2); returns only on failure.
+    /// execve(2); returns only on failure. SIGPIPE goes back to its default first: every Rust
+    /// program (this helper included) starts with it ignored, an ignored signal stays ignored
+    /// across exec, and a container process must die of a closed pipe as it would under runc.
     pub fn exec(&self) -> Error {
+        let _ = crate::sys::default_sigpipe();
         match nix::unistd::execve(&self.exe, &self.args, &self.env) {
             Err(source) => Error::Sys { op: format!("exec {}", self.exe.to_string_lossy()), source },
             Ok(never) => match never {},

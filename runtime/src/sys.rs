@@ -206,3 +206,10 @@ pub fn ignore_children(ignore: bool) -> Result<(), Errno> {
     // SAFETY: SIG_IGN and SIG_DFL install no handler code, so no async-signal-safety concern.
     unsafe { signal(Signal::SIGCHLD, handler) }.map(drop)
 }
+
+/// Sets SIGPIPE back to its default action (the Rust runtime ignores it at start-up).
+pub fn default_sigpipe() -> Result<(), Errno> {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_DFL installs no handler code.
+    unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) }.map(drop)
+}

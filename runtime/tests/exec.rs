@@ -88,6 +88,9 @@ fn observe(rt: &dyn ContainerRuntime, spec: &Spec, id: &str) -> anyhow::Result<V
     let script = "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; id -u; pwd; echo $PATH; ulimit -n";
     let r = run(rt, spec, id, &["sh", "-c", script], None)?;
     seen.extend(r.stdout.lines().map(str::to_string));
+    // A writer into a closed pipe dies of SIGPIPE (141), as anywhere: not ignored by inheritance.
+    let r = run(rt, spec, id, &["sh", "-c", "(yes; echo yes-exit=$? >&2) | head -n 1"], None)?;
+    seen.push(format!("pipe={} {}", r.stdout.trim(), r.stderr.trim()));
     Ok(seen)
 }
 
@@ -103,7 +106,15 @@ fn exec_sees_the_containers_view_and_returns_its_exit_code() -> anyhow::Result<(
     assert_eq!(seen[2], "out=out err=err code=7");
     assert_eq!(seen[3], "killed code=137");
     assert_eq!(seen[4], "stdin=hello stdin code=0");
-    for want in ["CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "NoNewPrivs:\t1", "Seccomp:\t2", "0", "/"] {
+    for want in [
+        "CapEff:\t00000000a80425fb",
+        "CapBnd:\t00000000a80425fb",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "0",
+        "/",
+        "pipe=y yes-exit=141",
+    ] {
         assert!(seen.contains(&want.to_string()), "missing {want:?} in {seen:?}");
     }
 

@@ -306,3 +306,19 @@ fn bad_specs_fail_precisely_and_clean_up() -> anyhow::Result<()> {
     fx.assert_clean();
     Ok(())
 }
+
+#[test]
+fn a_writer_into_a_closed_pipe_dies_of_sigpipe_as_it_would_anywhere() -> anyhow::Result<()> {
+    if !can_run() {
+        return Ok(());
+    }
+    let mut fx = Fixture::new()?;
+    // Every Rust program starts with SIGPIPE ignored, and an ignored signal stays ignored across
+    // exec: without the reset, `yes` would get EPIPE and exit 1 instead.
+    let spec = fx.spec("pipe", "(yes; echo yes-exit=$? >&2) | head -n 1")?;
+    let (exit, log) = fx.run(&fx.native(), "pipe", &spec)?;
+    assert_eq!(exit.code, 0, "{log:?}");
+    assert_eq!(log, vec![("stdout".to_string(), "y".to_string()), ("stderr".to_string(), "yes-exit=141".to_string())]);
+    fx.assert_clean();
+    Ok(())
+}

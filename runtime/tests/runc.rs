@@ -8,7 +8,7 @@ use kaji_runtime::ContainerRuntime;
 
 /// What a container can observe about itself, printed line by line.
 const PROBE: &str = "hostname; id -u; pwd; \
-    grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; \
+    grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp|SigBlk|SigIgn):' /proc/self/status; \
     ulimit -n; \
     cut -d' ' -f2,3 /proc/mounts | sort; \
     ls /dev | sort | tr '\\n' ' '; echo; \
