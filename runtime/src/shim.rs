@@ -220,6 +220,14 @@ impl init::Parent for ToShim {
     }
 }
 
+/// Makes a fifo and opens it read-write: opening never blocks, and a read blocks until someone
+/// writes.
+fn fifo(path: &Path) -> Result<File, Failure> {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| format!("failed to create {}: {e}", path.display()))?;
+    File::options().read(true).write(true).open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))
+}
+
 fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
     spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
@@ -239,12 +247,6 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         created: created.clone(),
         annotations: spec.annotations().clone().unwrap_or_default(),
         exit: None,
-    };
-    let fifo = |path: &Path| -> Result<File, Failure> {
-        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
-            .map_err(|e| format!("failed to create {}: {e}", path.display()))?;
-        // Read-write: opening never blocks, and a read blocks until someone writes.
-        File::options().read(true).write(true).open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))
     };
     let start = fifo(&dir.fifo())?;
     let start_status = match hooks::any(hooks, &[Point::StartContainer]) {
@@ -472,16 +474,20 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     if spec::lowerdirs(&spec).is_some() {
         return Err(format!("annotation {} is not supported by the runc backend yet", spec::ANNOTATION_LOWERDIRS));
     }
-    if spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false) {
-        return Err("process.terminal is not supported by the runc backend yet (it needs a console socket)".into());
-    }
+    let terminal = spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
     File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
     sys::set_child_subreaper().map_err(|e| format!("failed to become subreaper: {e}"))?;
-    let (out_pipe, err_pipe) = log_pipes(args)?;
-    // runc passes its own stdio through to the container process (no terminal).
+    // With a terminal, runc makes it in the container and sends us its master over a console
+    // socket; the process's stdio is the terminal. Otherwise runc passes its own stdio through.
+    let console = if terminal { Some(ConsoleSocket::bind()?) } else { None };
+    let (out_pipe, err_pipe) = if terminal { (None, None) } else { log_pipes(args)? };
     let (stdin, keeper) = match args.stdin {
-        true => stdin_fifo(dir).map(|(r, k)| (Stdio::from(r), Some(k)))?,
-        false => (Stdio::null(), None),
+        true => stdin_fifo(dir).map(|(r, k)| (Some(r), Some(k)))?,
+        false => (None, None),
+    };
+    let (stdin, tty_stdin) = match (stdin, terminal) {
+        (Some(r), false) => (Stdio::from(r), None),
+        (r, _) => (Stdio::null(), r),
     };
     let stdio = |p: &Option<(OwnedFd, OwnedFd)>| -> Result<Stdio, Failure> {
         match p {
@@ -496,6 +502,9 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         cmd.arg("--root").arg(r);
     }
     cmd.arg("--log").arg(&log).args(["--log-format", "json", "create", "--bundle"]).arg(&args.bundle);
+    if let Some(c) = &console {
+        cmd.arg("--console-socket").arg(&c.path);
+    }
     cmd.arg("--pid-file").arg(&pid_file).arg(&args.id);
     cmd.stdin(stdin).stdout(stdio(&out_pipe)?).stderr(stdio(&err_pipe)?);
     let status = cmd.status().map_err(|e| format!("failed to run {}: {e}", binary.display()));
@@ -510,12 +519,57 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| format!("{} create wrote no pid file", binary.display()))?;
+    let (stdout, terminal) = match console {
+        Some(c) => {
+            let master = c.receive()?;
+            let reader = master.try_clone().map_err(|e| format!("failed to dup the terminal: {e}"))?;
+            let t = Terminal { master, resize: fifo(&dir.resize())?, stdin: tty_stdin };
+            (Some(OwnedFd::from(reader)), Some(t))
+        }
+        None => (stdout, None),
+    };
     let cgroups_path = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone());
     // runc runs the spec's hooks itself.
     let record =
         record(args, Pid::from_raw(pid), jiff::Timestamp::now().to_string(), cgroups_path.clone(), "runc", &spec);
     state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
-    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper, terminal: None })
+    Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper, terminal })
+}
+
+/// The socket runc's `--console-socket` sends a container terminal's master to. Bound under
+/// the temp dir by shim pid (a state dir's path may exceed a socket path's 108 bytes); the
+/// file goes with it.
+struct ConsoleSocket {
+    path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+}
+
+impl ConsoleSocket {
+    fn bind() -> Result<Self, Failure> {
+        let path = std::env::temp_dir().join(format!("kaji-console-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| format!("failed to bind console socket {}: {e}", path.display()))?;
+        Ok(ConsoleSocket { path, listener })
+    }
+
+    /// The master runc sent while `create` ran (its connection waits in the backlog).
+    fn receive(&self) -> Result<File, Failure> {
+        let _ = self.listener.set_nonblocking(true);
+        let (conn, _) = self.listener.accept().map_err(|e| format!("runc sent no terminal: {e}"))?;
+        let _ = conn.set_nonblocking(false);
+        match sys::recv_with_fd(conn.as_fd(), &mut [0u8; 4096]) {
+            Ok((_, Some(fd))) => Ok(File::from(fd)),
+            Ok((_, None)) => Err("runc sent no terminal".into()),
+            Err(e) => Err(format!("failed to receive the terminal from runc: {e}")),
+        }
+    }
+}
+
+impl Drop for ConsoleSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The last error message in a runc JSON log.
