@@ -24,6 +24,7 @@ use std::sync::Mutex;
 
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
 use crate::shim::{self, Args};
@@ -49,7 +50,7 @@ pub fn main() -> i32 {
 }
 
 fn serve(control: OwnedFd) -> i32 {
-    if sys::ignore_children(true).is_err() {
+    if sys::set_ignored(Signal::SIGCHLD, true).is_err() {
         return 1;
     }
     crate::cgroups::warm_up();
@@ -84,7 +85,7 @@ fn serve(control: OwnedFd) -> i32 {
 /// the shim runs as it would after a helper's exec.
 fn child(args: Args, reply: OwnedFd, control: OwnedFd) -> i32 {
     drop(control);
-    if sys::ignore_children(false).is_err() || nix::unistd::dup2(reply.as_raw_fd(), 1).is_err() {
+    if sys::set_ignored(Signal::SIGCHLD, false).is_err() || nix::unistd::dup2(reply.as_raw_fd(), 1).is_err() {
         return 1;
     }
     drop(reply);
@@ -102,15 +103,14 @@ pub struct Client {
 
 #[derive(Debug)]
 struct Server {
-    /// `None` only while dropping.
-    sock: Option<OwnedFd>,
+    sock: OwnedFd,
     child: Child,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // Closing our end is the server's signal to exit; reap it so no zombie is left.
-        drop(self.sock.take());
+        // End of file is the server's signal to exit; reap it so no zombie is left.
+        let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
         let _ = self.child.wait();
     }
 }
@@ -147,10 +147,7 @@ impl Client {
             if server.is_none() {
                 *server = Some(spawn(&self.helper, &self.root)?);
             }
-            let sent = server
-                .as_ref()
-                .and_then(|s| s.sock.as_ref())
-                .map(|s| sys::send_with_fd(s.as_fd(), request, write.as_fd()));
+            let sent = server.as_ref().map(|s| sys::send_with_fd(s.sock.as_fd(), request, write.as_fd()));
             match sent {
                 Some(Ok(())) => return Ok(File::from(read)),
                 Some(Err(e)) if attempt == 1 => return Err(e.into()),
@@ -165,8 +162,8 @@ impl Client {
     /// caller that saw its report pipe close unanswered sees the hang-up here.
     fn server_gone(&self) -> bool {
         let mut server = self.server.lock().unwrap_or_else(|e| e.into_inner());
-        let hung_up = server.as_ref().and_then(|s| s.sock.as_ref()).is_some_and(|sock| {
-            let mut fds = [PollFd::new(sock.as_fd(), PollFlags::empty())];
+        let hung_up = server.as_ref().is_some_and(|s| {
+            let mut fds = [PollFd::new(s.sock.as_fd(), PollFlags::empty())];
             nix::poll::poll(&mut fds, PollTimeout::ZERO).is_ok()
                 && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
         });
@@ -183,5 +180,5 @@ fn spawn(helper: &Path, root: &Path) -> io::Result<Server> {
     let mut cmd = Command::new(helper);
     cmd.arg("fork-server").arg("--root").arg(root).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let child = sys::spawn(&mut cmd, Some((theirs, FD)), false)?;
-    Ok(Server { sock: Some(ours), child })
+    Ok(Server { sock: ours, child })
 }

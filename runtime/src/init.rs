@@ -193,7 +193,7 @@ impl Prepared {
     /// program (this helper included) starts with it ignored, an ignored signal stays ignored
     /// across exec, and a container process must die of a closed pipe as it would under runc.
     pub fn exec(&self) -> Error {
-        let _ = crate::sys::default_sigpipe();
+        let _ = crate::sys::set_ignored(nix::sys::signal::Signal::SIGPIPE, false);
         match nix::unistd::execve(&self.exe, &self.args, &self.env) {
             Err(source) => Error::Sys { op: format!("exec {}", self.exe.to_string_lossy()), source },
             Ok(never) => match never {},

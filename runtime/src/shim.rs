@@ -26,7 +26,7 @@ use crate::state::{self, Dir, Exit, Record, State, Status};
 use crate::sys::{self, Forked};
 use crate::{init, namespaces, rootfs, spec};
 
-/// Arguments of the hidden `shim` subcommand (and of a fork server's request).
+/// What a shim is asked to run: a fork server's request.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Args {
     pub root: PathBuf,
@@ -59,6 +59,14 @@ struct Terminal {
     master: File,
     resize: File,
     stdin: Option<OwnedFd>,
+}
+
+impl Terminal {
+    /// The terminal around `master`, and a second fd of it for the log pump to read.
+    fn output(master: File, resize: File, stdin: Option<OwnedFd>) -> Result<(OwnedFd, Terminal), Failure> {
+        let reader = master.try_clone().map_err(|e| format!("failed to dup the terminal: {e}"))?;
+        Ok((OwnedFd::from(reader), Terminal { master, resize, stdin }))
+    }
 }
 
 /// Set up before clone for a terminal: the init sends the master over `theirs`, the shim
@@ -121,15 +129,8 @@ fn stdin_fifo(dir: &Dir) -> Result<(OwnedFd, Keeper), Failure> {
     nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&read), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
         .map_err(|e| fail("configure", e))?;
     let (read, keeper) = (OwnedFd::from(read), OwnedFd::from(keeper));
-    let close_path = dir.stdin_close();
-    nix::unistd::mkfifo(&close_path, Mode::from_bits_truncate(0o600))
-        .map_err(|e| format!("failed to create {}: {e}", close_path.display()))?;
-    // Read-write: opening never blocks, and polling it waits for a writer's byte.
-    let close = File::options()
-        .read(true)
-        .write(true)
-        .open(&close_path)
-        .map_err(|e| format!("failed to open {}: {e}", close_path.display()))?;
+    // Polling it waits for a writer's byte.
+    let close = fifo(&dir.stdin_close())?;
     Ok((read, Keeper { _keeper: keeper, close }))
 }
 
@@ -179,9 +180,7 @@ pub fn run(args: Args) -> i32 {
 /// The fifo [`Dir::exited`], held open for writing (read-write: the open never blocks) until
 /// the exit record is written. Opened after the init was cloned, so only the shim holds it.
 fn exited_fifo(dir: &Dir) -> Option<File> {
-    let path = dir.exited();
-    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).ok()?;
-    File::options().read(true).write(true).open(&path).ok()
+    fifo(&dir.exited()).ok()
 }
 
 /// (read end, write end) of a log pipe.
@@ -429,11 +428,10 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                         Ok(None) => return Err(fail("the init sent no terminal".into())),
                         Err(e) => return Err(fail(format!("failed to receive the terminal: {e}"))),
                     };
-                    let reader = match master.try_clone() {
-                        Ok(r) => OwnedFd::from(r),
-                        Err(e) => return Err(fail(format!("failed to dup the terminal: {e}"))),
-                    };
-                    (Some(reader), Some(Terminal { master, resize, stdin: tty_stdin }))
+                    match Terminal::output(master, resize, tty_stdin) {
+                        Ok((reader, t)) => (Some(reader), Some(t)),
+                        Err(e) => return Err(fail(e)),
+                    }
                 }
                 None => (out_pipe.map(|(r, _w)| r), None),
             };
@@ -521,10 +519,8 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         .ok_or_else(|| format!("{} create wrote no pid file", binary.display()))?;
     let (stdout, terminal) = match console {
         Some(c) => {
-            let master = c.receive()?;
-            let reader = master.try_clone().map_err(|e| format!("failed to dup the terminal: {e}"))?;
-            let t = Terminal { master, resize: fifo(&dir.resize())?, stdin: tty_stdin };
-            (Some(OwnedFd::from(reader)), Some(t))
+            let (reader, t) = Terminal::output(c.receive()?, fifo(&dir.resize())?, tty_stdin)?;
+            (Some(reader), Some(t))
         }
         None => (stdout, None),
     };

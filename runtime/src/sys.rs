@@ -197,19 +197,13 @@ pub fn set_controlling_terminal(fd: RawFd) -> Result<(), Errno> {
     Errno::result(ret).map(drop)
 }
 
-/// Sets SIGCHLD to be ignored (`true`: exited children are reaped by the kernel, as the fork
-/// server wants for the shims it forks) or back to its default (`false`, before a child that
-/// waits for its own children).
-pub fn ignore_children(ignore: bool) -> Result<(), Errno> {
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    let handler = if ignore { SigHandler::SigIgn } else { SigHandler::SigDfl };
+/// Sets `signal` to be ignored (`true`) or back to its default action (`false`). The fork
+/// server ignores SIGCHLD (the kernel reaps the shims it forks) and each shim takes it back; the
+/// container's process gets SIGPIPE at its default again (the Rust runtime ignores it at
+/// start-up, and an ignored signal stays ignored across exec).
+pub fn set_ignored(signal: nix::sys::signal::Signal, ignored: bool) -> Result<(), Errno> {
+    use nix::sys::signal::SigHandler;
+    let handler = if ignored { SigHandler::SigIgn } else { SigHandler::SigDfl };
     // SAFETY: SIG_IGN and SIG_DFL install no handler code, so no async-signal-safety concern.
-    unsafe { signal(Signal::SIGCHLD, handler) }.map(drop)
-}
-
-/// Sets SIGPIPE back to its default action (the Rust runtime ignores it at start-up).
-pub fn default_sigpipe() -> Result<(), Errno> {
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    // SAFETY: SIG_DFL installs no handler code.
-    unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) }.map(drop)
+    unsafe { nix::sys::signal::signal(signal, handler) }.map(drop)
 }
