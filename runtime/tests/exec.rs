@@ -6,9 +6,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
 
-use common::{stdout_of, Fixture};
+use common::Fixture;
 use kaji_runtime::{ContainerRuntime, CreateOptions, ExecOptions, WindowSize};
 use oci_spec::runtime::{Process, Spec};
 
@@ -32,13 +31,8 @@ fn start(fx: &mut Fixture, rt: &dyn ContainerRuntime, id: &str) -> anyhow::Resul
     fx.created.push(id.to_string());
     rt.create(id, &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     rt.start(id)?;
-    for _ in 0..500 {
-        if stdout_of(&common::read_log(&log)).iter().any(|l| l == "ready") {
-            return Ok(spec);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    anyhow::bail!("container {id} never printed ready")
+    anyhow::ensure!(common::wait_for_log(&log, "ready"), "container {id} never printed ready");
+    Ok(spec)
 }
 
 fn process(spec: &Spec, args: &[&str]) -> anyhow::Result<Process> {

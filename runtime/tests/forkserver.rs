@@ -13,11 +13,8 @@ use kaji_runtime::{ContainerRuntime, CreateOptions, Status};
 /// Pids of our own children running `fork-server` for `root`.
 fn servers_for(root: &Path) -> Vec<i32> {
     let me = std::process::id().to_string();
-    let mut pids: Vec<i32> = std::fs::read_dir("/proc")
+    let mut pids: Vec<i32> = common::pids()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // The parent pid is the second field after the parenthesised command name.
@@ -75,12 +72,7 @@ fn containers_outlive_the_fork_server_that_forked_their_shims() -> anyhow::Resul
 
     let rt = fx.native();
     assert_eq!(rt.state("lives")?.status, Status::Running, "the shim and its container kept running");
-    for _ in 0..500 {
-        if stdout_of(&common::read_log(&log)).contains(&"up".to_string()) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(common::wait_for_log(&log, "up"));
     rt.kill("lives", nix::sys::signal::Signal::SIGTERM)?;
     let exit = rt.wait("lives", Some(Duration::from_secs(10)))?;
     assert_eq!(exit.code, 3);

@@ -125,11 +125,8 @@ impl HookDir {
 
 /// Pids whose command line mentions `text` (our shims carry the state root in theirs).
 fn processes_mentioning(text: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
+    common::pids()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             String::from_utf8_lossy(&cmdline).contains(text)

@@ -39,12 +39,7 @@ fn a_new_owner_reattaches_after_the_creating_process_exits() -> anyhow::Result<(
     let rt = fx.native();
     assert_eq!(rt.list()?, vec!["attach".to_string()]);
     assert_eq!(rt.state("attach")?.status, Status::Running);
-    for _ in 0..500 {
-        if stdout_of(&common::read_log(&log)).contains(&"up".to_string()) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    assert!(common::wait_for_log(&log, "up"));
     assert!(Command::new(HELPER).arg("--root").arg(&root).args(["kill", "attach", "TERM"]).status()?.success());
     let exit = rt.wait("attach", Some(std::time::Duration::from_secs(10)))?;
     assert_eq!(exit.code, 4);

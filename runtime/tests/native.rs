@@ -188,16 +188,6 @@ fn pids_limit_stops_fork_and_cgroup_shows_cpu_and_memory_limits() -> anyhow::Res
     Ok(())
 }
 
-fn wait_for_log(path: &std::path::Path, want: &str) -> bool {
-    for _ in 0..500 {
-        if common::read_log(path).iter().any(|(_, l)| l == want) {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    false
-}
-
 #[test]
 fn signals_reach_the_process_and_sigkill_is_137() -> anyhow::Result<()> {
     if !can_run() {
@@ -214,7 +204,7 @@ fn signals_reach_the_process_and_sigkill_is_137() -> anyhow::Result<()> {
     rt.create("sig", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     assert_eq!(rt.state("sig")?.status, Status::Created);
     rt.start("sig")?;
-    assert!(wait_for_log(&log, "ready"));
+    assert!(common::wait_for_log(&log, "ready"));
     assert_eq!(rt.state("sig")?.status, Status::Running);
     assert!(rt.delete("sig", false).is_err(), "running containers need force");
     rt.kill("sig", Signal::SIGTERM)?;
@@ -229,7 +219,7 @@ fn signals_reach_the_process_and_sigkill_is_137() -> anyhow::Result<()> {
     let log = fx.log_path("sig9");
     rt.create("sig9", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     rt.start("sig9")?;
-    assert!(wait_for_log(&log, "ready"));
+    assert!(common::wait_for_log(&log, "ready"));
     rt.kill("sig9", Signal::SIGKILL)?;
     let exit = rt.wait("sig9", Some(std::time::Duration::from_secs(10)))?;
     assert_eq!((exit.code, exit.signal, exit.oom_killed), (137, Some(9), false));
@@ -252,7 +242,7 @@ fn force_delete_of_a_running_container_leaves_nothing() -> anyhow::Result<()> {
     let log = fx.log_path("force");
     let st = rt.create("force", &bundle, &CreateOptions { log_path: Some(log.clone()), ..Default::default() })?;
     rt.start("force")?;
-    assert!(wait_for_log(&log, "ready"));
+    assert!(common::wait_for_log(&log, "ready"));
     let record: serde_json::Value = serde_json::from_slice(&std::fs::read(fx.state_root.join("force/state.json"))?)?;
     let shim_pid = record["shimPid"].as_i64().ok_or_else(|| anyhow::anyhow!("no shimPid"))? as i32;
     rt.delete("force", true)?;

@@ -201,6 +201,27 @@ pub fn stdout_of(lines: &[(String, String)]) -> Vec<String> {
     lines.iter().filter(|(s, _)| s == "stdout").map(|(_, l)| l.clone()).collect()
 }
 
+/// Waits (up to about 5 s) for `want` as a whole stdout line of the CRI log at `path`.
+pub fn wait_for_log(path: &Path, want: &str) -> bool {
+    for _ in 0..500 {
+        if stdout_of(&read_log(path)).iter().any(|l| l == want) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+/// Every pid on the machine now.
+pub fn pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .collect()
+}
+
 /// True once `pid` has exited (gone, or a zombie waiting for whoever reaps orphans here).
 pub fn exited(pid: i32) -> bool {
     for _ in 0..200 {
