@@ -48,7 +48,7 @@ impl Netns {
     }
 
     fn nft(&self) -> Nft {
-        Nft::with_prefix(self.prefix())
+        Nft::in_netns(&self.0)
     }
 }
 

@@ -13,8 +13,15 @@ use std::time::Duration;
 enum ProxyMode {
     /// kube-proxy's iptables layout, applied with iptables-restore.
     Iptables,
-    /// kube-proxy's nftables layout in table `ip kaji-proxy`, applied with `nft -f`.
+    /// kube-proxy's nftables layout in table `ip kaji-proxy`, one transaction per sync.
     Nftables,
+}
+
+/// How the nftables mode's transactions reach the kernel.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum NftWriter {
+    Netlink,
+    Nft,
 }
 
 /// kaji's proxy: Service load balancing with iptables or nftables (kube-proxy's layouts).
@@ -26,8 +33,9 @@ struct Args {
     /// This node's name (endpoints with this nodeName are local); default: the hostname.
     #[arg(long)]
     hostname_override: Option<String>,
-    /// The cluster's pod CIDR: traffic to ClusterIPs from outside it is masqueraded.
-    #[arg(long)]
+    /// The cluster's pod CIDR (IPv4, a.b.c.d/n): traffic to ClusterIPs from outside it is
+    /// masqueraded.
+    #[arg(long, value_parser = parse_cidr)]
     cluster_cidr: Option<String>,
     /// Masquerade all traffic to ClusterIPs.
     #[arg(long)]
@@ -41,6 +49,10 @@ struct Args {
     /// How to program the rules.
     #[arg(long, value_enum, default_value = "iptables")]
     proxy_mode: ProxyMode,
+    /// How the nftables mode writes a sync: `netlink` sends it to the kernel as one batch;
+    /// `nft` pipes it as text to `nft -f -` (slower: nft parses it first).
+    #[arg(long, value_enum, default_value = "netlink")]
+    nftables_writer: NftWriter,
     /// Remove every kaji-proxy rule of both modes (iptables chains and jumps, the nftables
     /// table), then exit.
     #[arg(long)]
@@ -54,6 +66,11 @@ struct Args {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
+}
+
+/// An IPv4 CIDR, kept as given once it parses.
+fn parse_cidr(s: &str) -> Result<String, String> {
+    s.parse::<kaji_proxy::nftables::rule::Cidr>().map(|_| s.to_string())
 }
 
 /// "500ms", "1s", "2m", "1h" or plain seconds.
@@ -95,7 +112,10 @@ async fn main() -> anyhow::Result<()> {
         sync_period: args.sync_period,
         backend: match args.proxy_mode {
             ProxyMode::Iptables => Backend::Iptables(Iptables::host()),
-            ProxyMode::Nftables => Backend::Nftables(Nft::host()),
+            ProxyMode::Nftables => Backend::Nftables(match args.nftables_writer {
+                NftWriter::Netlink => Nft::host(),
+                NftWriter::Nft => Nft::host().through_nft(),
+            }),
         },
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
     };

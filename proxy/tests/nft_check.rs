@@ -48,6 +48,58 @@ fn a_failed_transaction_changes_nothing() {
     assert_eq!(ns.nft_objects(), before, "a failed transaction changes nothing");
 }
 
+/// The table as nft lists it, without counters or set contents.
+fn listed(nft: &Nft) -> String {
+    nft.table().expect("list").expect("the table exists")
+}
+
+#[test]
+fn netlink_batches_write_the_table_nft_writes_from_text() {
+    let (by_text, by_netlink) = (Netns::new("nfttext"), Netns::new("nftnl"));
+    let (text, netlink) = (by_text.nft_text(), by_netlink.nft());
+    assert!(text.netlink().is_none() && netlink.netlink().is_some());
+    let (mut t, mut n) = (Syncer::new(text.clone()), Syncer::new(netlink.clone()));
+    for (name, model) in golden_models() {
+        t.sync(&model, true).unwrap_or_else(|e| panic!("{name} as text: {e}"));
+        n.sync(&model, true).unwrap_or_else(|e| panic!("{name} by netlink: {e}"));
+        assert_eq!(listed(&netlink), listed(&text), "{name}: the same table either way");
+    }
+    // Partial syncs too: endpoints come and go, a service with affinity loses one, one leaves.
+    let first = model(vec![svc(3, &[1, 2, 3]), svc(2, &[1]), svc(4, &[])]);
+    t.sync(&first, true).expect("text");
+    n.sync(&first, true).expect("netlink");
+    assert_eq!(listed(&netlink), listed(&text));
+    for m in [
+        model(vec![svc(3, &[1, 2, 3, 4]), svc(2, &[1]), svc(4, &[]), svc(6, &[1, 2])]),
+        model(vec![svc(3, &[1, 3]), svc(2, &[1, 2]), svc(4, &[5])]),
+        model(vec![svc(3, &[3]), svc(4, &[])]),
+    ] {
+        let (a, b) = (t.sync(&m, false).expect("text"), n.sync(&m, false).expect("netlink"));
+        assert!(!a.full && !b.full && b.restored, "{b:?}");
+        assert_eq!((a.chains_written, a.chains_deleted), (b.chains_written, b.chains_deleted));
+        assert_eq!(listed(&netlink), listed(&text), "after a partial sync");
+        assert_eq!(by_netlink.nft_objects(), fresh(&m), "a partial sync leaves what a full one would");
+    }
+}
+
+#[test]
+fn a_refused_netlink_batch_changes_nothing_and_names_what_was_refused() {
+    use kaji_proxy::nftables::netlink::Batch;
+    use kaji_proxy::nftables::rule::{Action, Rule};
+    use kaji_proxy::nftables::tx::Writer;
+    let ns = Netns::new("nftnlbad");
+    let nft = ns.nft();
+    let (_, model) = golden_models().remove(0);
+    Syncer::new(nft.clone()).sync(&model, true).expect("first sync");
+    let before = ns.nft_objects();
+    let mut batch = Batch::new();
+    batch.flush_chain("services");
+    batch.chain("services", &[Rule::Always(Action::Goto("service-NOPE-ns/bad/tcp/http".into()))]).expect("in memory");
+    let err = nft.netlink().expect("netlink").apply(batch).expect_err("a goto to a missing chain must fail");
+    assert_eq!(err.to_string(), "the kernel refused a rule of chain services: ENOENT: No such file or directory");
+    assert_eq!(ns.nft_objects(), before, "a refused batch changes nothing");
+}
+
 fn svc(i: u8, eps: &[u8]) -> ServicePort {
     ServicePort {
         node_port: i.is_multiple_of(2).then_some(30000 + u16::from(i)),

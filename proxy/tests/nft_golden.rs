@@ -9,7 +9,8 @@ use common::models::{ep, golden_models, ip, model, web};
 use kaji_proxy::model::{Model, Protocol, ServicePort};
 use kaji_proxy::nftables::plan::{self, Applied, Partial};
 use kaji_proxy::nftables::render::{elements, hairpin, render, Key, Map};
-use kaji_proxy::nftables::text::Tx;
+use kaji_proxy::nftables::text::Text;
+use kaji_proxy::nftables::tx::Tx;
 
 fn applied(m: &Model) -> Applied {
     Applied { model: m.clone(), elements: elements(m).0, hairpin: hairpin(m) }
@@ -20,9 +21,9 @@ fn plan(before: &Applied, after: &Model) -> Partial {
 }
 
 fn text(p: &Partial) -> String {
-    let mut tx = Tx::new(Vec::new());
+    let mut tx = Tx::new(Text::new(Vec::new()));
     tx.partial(p).expect("write to a Vec");
-    String::from_utf8(tx.finish().expect("write to a Vec")).expect("UTF-8")
+    String::from_utf8(tx.w.finish().expect("write to a Vec")).expect("UTF-8")
 }
 
 #[test]

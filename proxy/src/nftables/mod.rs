@@ -3,11 +3,14 @@
 //! except that the service chains DNAT themselves (per-endpoint chains only with session
 //! affinity) and one set finds hairpin traffic; written by one `nft -f -` transaction per sync.
 
+pub mod netlink;
 pub mod nft;
 pub mod plan;
 pub mod render;
+pub mod rule;
 pub mod sync;
 pub mod text;
+pub mod tx;
 
 pub use nft::Nft;
 pub use render::render;

@@ -1,7 +1,8 @@
-//! Runs `nft`, optionally under a command prefix (`ip netns exec <ns>` in tests): one
-//! `nft -f -` transaction per sync with its text streamed to stdin, listing what our table
-//! holds, and deleting the table.
+//! Reaches nf_tables: transactions go straight to the kernel as netlink batches (`netlink`)
+//! or, when asked, as text to `nft -f -`; listing what our table holds and deleting it use the
+//! `nft` binary. Either runs in this network namespace or in a named one (tests, the bench).
 
+use crate::nftables::netlink::{self, Netlink};
 use crate::nftables::render::TABLE;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -14,6 +15,10 @@ pub enum Error {
     Failed { args: String, status: String, stderr: String },
     #[error("failed to write the transaction to nft")]
     Write(#[source] io::Error),
+    #[error(transparent)]
+    Netlink(#[from] netlink::Error),
+    #[error("bad input: {0}")]
+    Invalid(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -21,7 +26,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// nft failed with EBUSY: the kernel still saw a reference to an object being deleted.
     pub fn is_busy(&self) -> bool {
-        matches!(self, Error::Failed { stderr, .. } if stderr.contains("Device or resource busy"))
+        match self {
+            Error::Failed { stderr, .. } => stderr.contains("Device or resource busy"),
+            Error::Netlink(e) => e.is_busy(),
+            _ => false,
+        }
     }
 }
 
@@ -29,10 +38,12 @@ impl Error {
 /// first few of a long list.
 const MAX_STDERR: usize = 4096;
 
-/// How to reach the `nft` binary.
+/// How to reach nf_tables.
 #[derive(Clone, Debug, Default)]
 pub struct Nft {
     prefix: Vec<String>,
+    /// Transactions as netlink batches; `None`: as text to `nft -f -`.
+    netlink: Option<Netlink>,
 }
 
 /// The chains and sets our table holds now.
@@ -43,14 +54,34 @@ pub struct Objects {
 }
 
 impl Nft {
-    /// `nft` on PATH, in this process's network namespace.
+    /// This process's network namespace: netlink, and `nft` on PATH.
     pub fn host() -> Self {
-        Self::default()
+        Self { prefix: Vec::new(), netlink: Some(Netlink::new(None)) }
     }
 
-    /// Every command runs as `<prefix...> nft <args...>`, e.g. `ip netns exec <ns>`.
+    /// The network namespace `name` (under `/run/netns`, as `ip netns add` makes it).
+    pub fn in_netns(name: &str) -> Self {
+        Self {
+            prefix: vec!["ip".into(), "netns".into(), "exec".into(), name.into()],
+            netlink: Some(Netlink::new(Some(format!("/run/netns/{name}").into()))),
+        }
+    }
+
+    /// Only the `nft` binary, every command run as `<prefix...> nft <args...>` (e.g. a wrapper
+    /// script in tests): transactions as text.
     pub fn with_prefix(prefix: Vec<String>) -> Self {
-        Self { prefix }
+        Self { prefix, netlink: None }
+    }
+
+    /// Transactions as text to `nft -f -` rather than netlink batches (`--nftables-writer nft`).
+    pub fn through_nft(mut self) -> Self {
+        self.netlink = None;
+        self
+    }
+
+    /// Where netlink batches go, if transactions are written that way.
+    pub fn netlink(&self) -> Option<&Netlink> {
+        self.netlink.as_ref()
     }
 
     fn command(&self, args: &[&str]) -> Command {

@@ -6,7 +6,7 @@ use crate::model::{Model, Protocol, ServicePort};
 use crate::nftables::render::{
     object_names, service_objects, Chain, Elements, Hairpin, Key, Map, ServiceObjects, Verdict,
 };
-use crate::nftables::text::FIXED_CHAINS;
+use crate::nftables::tx::FIXED_CHAINS;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 

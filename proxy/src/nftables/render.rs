@@ -9,16 +9,18 @@
 
 use crate::model::{Endpoint, Model, Protocol, ServicePort};
 use crate::names;
+use crate::nftables::rule::{Action, Cidr, Rule};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::{self, Write};
+use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 /// Our table (family `ip`): nothing outside it is ever touched.
 pub const TABLE: &str = "kaji-proxy";
 
-/// The mark `mark-for-masquerade` sets and `masquerading` clears and masquerades (as iptables).
-pub const MASQ_MARK: &str = crate::render::MASQ_MARK;
+/// The mark `mark-for-masquerade` sets and `masquerading` clears and masquerades (as iptables'
+/// `crate::render::MASQ_MARK`).
+pub const MASQ_MARK: u32 = 0x4000;
 
 /// Jumped to by traffic that must leave with the node's address.
 pub const MARK_MASQ_CHAIN: &str = "mark-for-masquerade";
@@ -66,22 +68,28 @@ impl Map {
         }
     }
 
-    /// The map's definition, as `add map` takes it (without the closing brace).
-    pub fn spec(self) -> &'static str {
+    /// The map's type, as `add map` takes it.
+    pub fn key_type(self) -> &'static str {
         match self {
-            Map::ServiceIps => {
-                "type ipv4_addr . inet_proto . inet_service : verdict; comment \"ClusterIP and external IP traffic\";"
-            }
-            Map::ServiceNodePorts => "type inet_proto . inet_service : verdict; comment \"NodePort traffic\";",
-            Map::NoEndpointServices => {
-                "type ipv4_addr . inet_proto . inet_service : verdict; \
-                 comment \"drop or reject traffic to service IPs without endpoints\";"
-            }
-            Map::NoEndpointNodePorts => {
-                "type inet_proto . inet_service : verdict; comment \"drop or reject NodePort traffic without endpoints\";"
-            }
-            Map::Hairpin => "type ipv4_addr . ipv4_addr; comment \"endpoints, to masquerade traffic they send themselves\";",
+            Map::ServiceIps | Map::NoEndpointServices => "ipv4_addr . inet_proto . inet_service : verdict",
+            Map::ServiceNodePorts | Map::NoEndpointNodePorts => "inet_proto . inet_service : verdict",
+            Map::Hairpin => "ipv4_addr . ipv4_addr",
         }
+    }
+
+    pub fn comment(self) -> &'static str {
+        match self {
+            Map::ServiceIps => "ClusterIP and external IP traffic",
+            Map::ServiceNodePorts => "NodePort traffic",
+            Map::NoEndpointServices => "drop or reject traffic to service IPs without endpoints",
+            Map::NoEndpointNodePorts => "drop or reject NodePort traffic without endpoints",
+            Map::Hairpin => "endpoints, to masquerade traffic they send themselves",
+        }
+    }
+
+    /// The map's definition, as `add map` takes it (without the closing brace).
+    pub fn spec(self) -> String {
+        format!("type {}; comment \"{}\";", self.key_type(), self.comment())
     }
 }
 
@@ -128,25 +136,30 @@ impl fmt::Display for Verdict {
 /// Every map element, by map and key.
 pub type Elements = BTreeMap<(Map, Key), Verdict>;
 
-/// A regular chain and its rules, each a `\t\t<rule>\n` line as the table block takes it.
+/// A regular chain and its rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chain {
     pub name: String,
-    pub rules: String,
+    pub rules: Vec<Rule>,
 }
 
 impl Chain {
     fn new(name: String) -> Self {
-        Self { name, rules: String::new() }
+        Self { name, rules: Vec::new() }
     }
 
-    fn add(&mut self, rule: fmt::Arguments<'_>) {
-        let _ = writeln!(self.rules, "\t\t{rule}");
+    fn add(&mut self, rule: Rule) {
+        self.rules.push(rule);
     }
 
     pub fn rule_count(&self) -> usize {
-        self.rules.lines().count()
+        self.rules.len()
     }
+}
+
+/// The model's `--cluster-cidr`, if it is one (`Syncer::sync` refuses a model whose is not).
+pub fn cluster_cidr(model: &Model) -> Option<Cidr> {
+    model.cluster_cidr.as_deref().and_then(|c| c.parse().ok())
 }
 
 /// What one service port owns in the table, in the order it must be created: affinity sets and
@@ -187,7 +200,6 @@ pub fn object_names(sp: &ServicePort) -> (Vec<String>, Vec<String>) {
 pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
     let base = names::nft_service(sp);
     let policy = sp.policy();
-    let proto = sp.protocol.as_str();
     let mut objects = ServiceObjects::default();
 
     // With session affinity, one chain per endpoint: the client remembered, then DNAT.
@@ -199,26 +211,30 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
         for (ep, b) in &reachable {
             let mut c = Chain::new(format!("endpoint-{b}"));
             objects.sets.push(format!("affinity-{b}"));
-            c.add(format_args!("update @affinity-{b} {{ ip saddr timeout {timeout}s }}"));
-            c.add(format_args!("meta l4proto {proto} dnat to {}:{}", ep.ip, ep.port));
+            c.add(Rule::RememberClient { set: format!("affinity-{b}"), timeout });
+            c.add(Rule::Always(Action::Dnat(sp.protocol, ep.ip, ep.port)));
             objects.chains.push(c);
         }
     }
 
     // The policy chains: masquerade rule (internal policy chain only), then endpoint choice.
+    let cidr = cluster_cidr(model);
     let masquerade = |c: &mut Chain| {
-        let dst = format_args!("ip daddr {} {proto} dport {}", sp.cluster_ip, sp.port);
-        if model.masquerade_all {
-            c.add(format_args!("{dst} jump {MARK_MASQ_CHAIN}"));
-        } else if let Some(cidr) = &model.cluster_cidr {
-            c.add(format_args!("{dst} ip saddr != {cidr} jump {MARK_MASQ_CHAIN}"));
+        if model.masquerade_all || cidr.is_some() {
+            c.add(Rule::ToService {
+                ip: sp.cluster_ip,
+                proto: sp.protocol,
+                port: sp.port,
+                not_from: if model.masquerade_all { None } else { cidr },
+                chain: MARK_MASQ_CHAIN,
+            });
         }
     };
     // Where a chosen endpoint's traffic goes: its chain (affinity), or DNAT right here.
-    let target = |e: &Endpoint| -> String {
+    let target = |e: &Endpoint| -> Action {
         match reachable.iter().find(|(r, _)| (r.ip, r.port) == (e.ip, e.port)) {
-            Some((_, b)) => format!("goto endpoint-{b}"),
-            None => format!("meta l4proto {proto} dnat to {}:{}", e.ip, e.port),
+            Some((_, b)) => Action::Goto(format!("endpoint-{b}")),
+            None => Action::Dnat(sp.protocol, e.ip, e.port),
         }
     };
     for (prefix, eps, internal) in
@@ -234,31 +250,32 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
         // Session affinity first: a client seen recently goes where it went before.
         for e in eps.iter() {
             if let Some((_, b)) = reachable.iter().find(|(r, _)| (r.ip, r.port) == (e.ip, e.port)) {
-                c.add(format_args!("ip saddr @affinity-{b} goto endpoint-{b}"));
+                c.add(Rule::KnownClient { set: format!("affinity-{b}"), then: Action::Goto(format!("endpoint-{b}")) });
             }
         }
-        let targets: Vec<String> = eps.iter().map(|e| target(e)).collect();
-        select_endpoint(&mut c, &targets);
+        let targets: Vec<Action> = eps.iter().map(|e| target(e)).collect();
+        select_endpoint(&mut c, targets);
         objects.chains.push(c);
     }
 
     // NodePort and external IP traffic enters here.
     if policy.uses_external_chain {
         let mut c = Chain::new(format!("external-{base}"));
+        let mark = || Action::Jump(MARK_MASQ_CHAIN.into());
         if sp.external_local {
             // Pods and the node itself reach an external destination with Cluster policy,
             // as if through an outside load balancer (node traffic masqueraded).
-            if let Some(cidr) = &model.cluster_cidr {
-                c.add(format_args!("ip saddr {cidr} goto service-{base}"));
+            if let Some(cidr) = cidr {
+                c.add(Rule::From(cidr, Action::Goto(format!("service-{base}"))));
             }
-            c.add(format_args!("fib saddr type local jump {MARK_MASQ_CHAIN}"));
-            c.add(format_args!("fib saddr type local goto service-{base}"));
+            c.add(Rule::FromNode(mark()));
+            c.add(Rule::FromNode(Action::Goto(format!("service-{base}"))));
         } else {
-            c.add(format_args!("jump {MARK_MASQ_CHAIN}"));
+            c.add(Rule::Always(mark()));
         }
         if policy.has_external {
             let target = if sp.external_local { "local" } else { "service" };
-            c.add(format_args!("goto {target}-{base}"));
+            c.add(Rule::Always(Action::Goto(format!("{target}-{base}"))));
         }
         objects.chains.push(c);
     }
@@ -270,13 +287,13 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
 /// random mod n vmap { ... }` rule per service, as kube-proxy writes it, makes an anonymous set
 /// per service, and the kernel walks the whole transaction to bind each one: 68 s for 10,000
 /// services; named maps per service cost 0.4 ms each in the kernel.)
-fn select_endpoint(c: &mut Chain, targets: &[String]) {
+fn select_endpoint(c: &mut Chain, targets: Vec<Action>) {
     let n = targets.len();
-    for (i, t) in targets.iter().enumerate() {
+    for (i, t) in targets.into_iter().enumerate() {
         if i + 1 < n {
-            c.add(format_args!("numgen random mod {} == 0 {t}", n - i));
+            c.add(Rule::OneIn((n - i) as u32, t));
         } else {
-            c.add(format_args!("{t}"));
+            c.add(Rule::Always(t));
         }
     }
 }
@@ -375,10 +392,10 @@ pub fn elements(model: &Model) -> (Elements, Vec<String>) {
 /// runs (and the golden files hold).
 pub fn render(model: &Model) -> String {
     let (elements, _) = elements(model);
-    let mut tx = crate::nftables::text::Tx::new(Vec::new());
+    let mut tx = crate::nftables::tx::Tx::new(crate::nftables::text::Text::new(Vec::new()));
     let out = tx
         .full(model, &elements, &hairpin(model), &[], &[])
-        .and_then(|_| tx.finish())
+        .and_then(|_| tx.w.finish())
         .expect("writing to a Vec cannot fail");
     String::from_utf8(out).expect("the transaction is UTF-8")
 }

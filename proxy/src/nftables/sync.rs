@@ -8,10 +8,12 @@
 //! and their deletion is retried by later transactions.
 
 use crate::model::Model;
+use crate::nftables::netlink::Batch;
 use crate::nftables::nft::{self, Nft};
 use crate::nftables::plan::{self, Applied};
 use crate::nftables::render::{self, object_names, Elements, Hairpin};
-use crate::nftables::text::{Counts, Tx};
+use crate::nftables::text::Text;
+use crate::nftables::tx::{Counts, Tx, Writer};
 use crate::sync::Outcome;
 use std::collections::HashSet;
 
@@ -50,6 +52,10 @@ impl Syncer {
 
     /// `sync`, keeping `model` as the applied state rather than a copy of it.
     pub fn sync_owned(&mut self, model: Model, full: bool) -> nft::Result<Outcome> {
+        if let Some(cidr) = &model.cluster_cidr {
+            cidr.parse::<crate::nftables::rule::Cidr>()
+                .map_err(|e| nft::Error::Invalid(format!("cluster CIDR: {e}")))?;
+        }
         let (elements, conflicts) = render::elements(&model);
         for c in conflicts.iter().filter(|c| !self.warned.contains(*c)) {
             tracing::warn!(problem = %c, "skipping a conflicting service address");
@@ -113,18 +119,29 @@ impl Syncer {
     fn run(
         &mut self,
         stale: &[String],
-        write: impl Fn(&mut Tx<&mut dyn std::io::Write>) -> std::io::Result<()>,
+        write: impl Fn(&mut dyn Step) -> std::io::Result<()>,
     ) -> nft::Result<(Counts, usize)> {
         let attempt = |keep: bool| -> nft::Result<(Counts, usize)> {
-            let mut counts = Counts::default();
-            let bytes = self.nft.run_with(&[], |w| {
-                let mut tx = Tx::new(w);
-                tx.keep_stale_chains = keep;
-                write(&mut tx)?;
-                counts = tx.counts;
-                tx.finish().map(|_| ())
-            })?;
-            Ok((counts, bytes))
+            match self.nft.netlink() {
+                Some(netlink) => {
+                    let mut tx = Tx::new(Batch::new());
+                    tx.keep_stale_chains = keep;
+                    write(&mut tx).map_err(nft::Error::Write)?;
+                    let bytes = netlink.apply(tx.w)?;
+                    Ok((tx.counts, bytes))
+                }
+                None => {
+                    let mut counts = Counts::default();
+                    let bytes = self.nft.run_with(&[], |w| {
+                        let mut tx = Tx::new(Text::new(w));
+                        tx.keep_stale_chains = keep;
+                        write(&mut tx)?;
+                        counts = tx.counts;
+                        tx.w.finish().map(|_| ())
+                    })?;
+                    Ok((counts, bytes))
+                }
+            }
         };
         match attempt(false) {
             Err(e) if e.is_busy() && !stale.is_empty() => {
@@ -149,6 +166,36 @@ impl Syncer {
         let wanted: HashSet<String> = model.services.iter().flat_map(|sp| object_names(sp).0).collect();
         self.undeleted.retain(|c| !wanted.contains(c));
         self.undeleted.clone()
+    }
+}
+
+/// A transaction being written, whoever writes it.
+trait Step {
+    fn full(
+        &mut self,
+        model: &Model,
+        e: &Elements,
+        h: &Hairpin,
+        stale: &[String],
+        sets: &[String],
+    ) -> std::io::Result<()>;
+    fn partial(&mut self, p: &plan::Partial) -> std::io::Result<()>;
+}
+
+impl<W: Writer> Step for Tx<W> {
+    fn full(
+        &mut self,
+        model: &Model,
+        e: &Elements,
+        h: &Hairpin,
+        stale: &[String],
+        sets: &[String],
+    ) -> std::io::Result<()> {
+        Tx::full(self, model, e, h, stale, sets)
+    }
+
+    fn partial(&mut self, p: &plan::Partial) -> std::io::Result<()> {
+        Tx::partial(self, p)
     }
 }
 

@@ -55,9 +55,14 @@ impl Netns {
         Iptables::with_prefix(vec!["ip".into(), "netns".into(), "exec".into(), self.name.clone()])
     }
 
-    /// The nft binary, run inside this namespace.
+    /// nf_tables inside this namespace: netlink batches, and the nft binary for listings.
     pub fn nft(&self) -> Nft {
-        Nft::with_prefix(vec!["ip".into(), "netns".into(), "exec".into(), self.name.clone()])
+        Nft::in_netns(&self.name)
+    }
+
+    /// As `nft`, with transactions as text to the nft binary.
+    pub fn nft_text(&self) -> Nft {
+        Nft::in_netns(&self.name).through_nft()
     }
 
     /// This namespace's tools for `mode` ("iptables" or "nftables").
