@@ -147,9 +147,18 @@ fn bench_iptables(n: usize) {
     assert!(first.restored && one.restored && !one.full);
 }
 
-fn bench_nftables(n: usize) {
+/// The largest peak RSS of any child waited for so far (nft, for the text writer), in KiB.
+fn children_max_rss_kb() -> i64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).map(|u| u.max_rss()).unwrap_or(0)
+}
+
+fn bench_nftables(n: usize, writer: &str) {
     let ns = Netns::new("nft");
-    let mut syncer = nftables::Syncer::new(ns.nft());
+    let nft = match writer {
+        "nft" => ns.nft().through_nft(),
+        _ => ns.nft(),
+    };
+    let mut syncer = nftables::Syncer::new(nft);
     let m = model(n, 0);
 
     let (payload, render_time) = timed(|| nftables::render(&m));
@@ -170,7 +179,7 @@ fn bench_nftables(n: usize) {
     let (add, add_time) = timed(|| syncer.sync(&added, false).expect("partial sync adding a service"));
 
     println!(
-        "| {n} | {chains} chains, {rules} rules | {:.1} MB | {} | {} | {} | {} | {} ({} chains, {} B) | {} ({} chains, {} elements) |",
+        "| {writer} | {n} | {chains} chains, {rules} rules | {:.1} MB | {} | {} | {} | {} | {} ({} chains, {} B) | {} ({} chains, {} elements) |",
         first.payload_bytes as f64 / 1e6,
         ms(render_time),
         ms(first_time),
@@ -217,21 +226,26 @@ fn main() {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
         println!("nftables mode: {}", version.unwrap_or_else(|e| format!("unknown ({e})")));
-        println!("| services × 5 eps | objects | payload | render | first sync (full) | full resync | no-op sync | one service changed | one service added |");
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("| writer | services × 5 eps | objects | payload | render | first sync (full) | full resync | no-op sync | one service changed | one service added |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        // netlink first: the text writer's nft children set the children's peak RSS below.
+        let writers = std::env::var("KAJI_BENCH_NFT_WRITERS").unwrap_or_else(|_| "netlink,nft".into());
         for n in &sizes {
-            bench_nftables(*n);
+            for writer in writers.split(',').map(str::trim) {
+                bench_nftables(*n, writer);
+            }
         }
-        println!();
+        println!("largest peak RSS of a child process (nft, with the text writer): {:.1} MiB\n", children_max_rss_kb() as f64 / 1024.0);
     }
     if parts.contains(&"rss") {
         let mode = std::env::var("KAJI_BENCH_RSS_MODE").unwrap_or_else(|_| "nftables".into());
-        println!("kaji-proxy --proxy-mode {mode} against an apiserver holding N Services + N EndpointSlices (RSS after 20 endpoint changes):");
+        let writer = std::env::var("KAJI_BENCH_RSS_WRITER").unwrap_or_else(|_| "netlink".into());
+        println!("kaji-proxy --proxy-mode {mode} --nftables-writer {writer} against an apiserver holding N Services + N EndpointSlices (RSS after 20 endpoint changes):");
         println!("| services × 5 eps | create objects | first sync (proxy's log) | one endpoint changed (log) | proxy RSS (anon + file) | proxy peak RSS |");
         println!("|---|---|---|---|---|---|");
         for n in &sizes {
             let ns = Netns::new("rss");
-            let r = rss::measure(&ns.0, *n, &mode);
+            let r = rss::measure(&ns.0, *n, &mode, &writer);
             println!(
                 "| {n} | {:.1} s | {} | {} | {:.1} MiB ({:.1} + {:.1}) | {:.1} MiB ({:.1} MB) |",
                 r.create.as_secs_f64(),

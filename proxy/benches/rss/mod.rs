@@ -27,21 +27,21 @@ pub struct Report {
     pub file_kb: u64,
 }
 
-pub fn measure(netns: &str, n: usize, mode: &str) -> Report {
+pub fn measure(netns: &str, n: usize, mode: &str, writer: &str) -> Report {
     let path = format!("/var/run/netns/{netns}");
-    let (netns, mode) = (netns.to_string(), mode.to_string());
+    let (netns, mode, writer) = (netns.to_string(), mode.to_string(), writer.to_string());
     std::thread::spawn(move || {
         let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
         nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("join the bench namespace");
         // Built on this thread: its workers inherit the namespace.
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        rt.block_on(run(&netns, n, &mode)).unwrap_or_else(|e| panic!("rss bench: {e:#}"))
+        rt.block_on(run(&netns, n, &mode, &writer)).unwrap_or_else(|e| panic!("rss bench: {e:#}"))
     })
     .join()
     .expect("rss bench thread panicked")
 }
 
-async fn run(netns: &str, n: usize, mode: &str) -> anyhow::Result<Report> {
+async fn run(netns: &str, n: usize, mode: &str, writer: &str) -> anyhow::Result<Report> {
     let data = tempfile::tempdir()?;
     let server = kaji_apiserver::start(kaji_apiserver::Config::new("127.0.0.1:0".parse()?, data.path().into())).await?;
     let url = format!("http://{}", server.addr);
@@ -54,7 +54,7 @@ async fn run(netns: &str, n: usize, mode: &str) -> anyhow::Result<Report> {
     let log = File::create(data.path().join("proxy.log"))?;
     let mut proxy = Command::new("ip")
         .args(["netns", "exec", netns, env!("CARGO_BIN_EXE_kaji-proxy")])
-        .args(["--master", &url, "--proxy-mode", mode, "--hostname-override", NODE])
+        .args(["--master", &url, "--proxy-mode", mode, "--nftables-writer", writer, "--hostname-override", NODE])
         .args(["--cluster-cidr", "10.244.0.0/16", "--sync-period", "1h", "--min-sync-period", "100ms"])
         .args(["--metrics-port", "0", "--log-json"])
         .env("RUST_LOG", "info")
