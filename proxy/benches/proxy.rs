@@ -235,7 +235,10 @@ fn main() {
                 bench_nftables(*n, writer);
             }
         }
-        println!("largest peak RSS of a child process (nft, with the text writer): {:.1} MiB\n", children_max_rss_kb() as f64 / 1024.0);
+        println!(
+            "largest peak RSS of a child process (nft, with the text writer): {:.1} MiB\n",
+            children_max_rss_kb() as f64 / 1024.0
+        );
     }
     if parts.contains(&"rss") {
         let mode = std::env::var("KAJI_BENCH_RSS_MODE").unwrap_or_else(|_| "nftables".into());

@@ -759,7 +759,9 @@ impl Netlink {
         let last = seq0.wrapping_add(starts.len() as u32 - 1);
         let mut acked = false;
         let mut refused: Option<(u32, Errno)> = None;
-        let mut rx = vec![0u8; 64 * 1024];
+        // An error echoes the refused message (up to ~64 KiB of elements); a longer one arrives
+        // cut short, which still holds the error code and sequence number read below.
+        let mut rx = vec![0u8; 128 * 1024];
         loop {
             let n = match socket::recv(fd.as_raw_fd(), &mut rx, MsgFlags::MSG_DONTWAIT) {
                 Ok(n) => n,
@@ -773,10 +775,7 @@ impl Netlink {
             while at + 16 <= n {
                 let len = u32::from_ne_bytes(rx[at..at + 4].try_into().expect("4 bytes")) as usize;
                 let kind = u16::from_ne_bytes([rx[at + 4], rx[at + 5]]);
-                if len < 16 || at + len > n {
-                    break;
-                }
-                if kind == NLMSG_ERROR && len >= 16 + 4 + 16 {
+                if kind == NLMSG_ERROR && len >= 16 + 4 + 16 && at + 32 <= n {
                     let code = i32::from_ne_bytes(rx[at + 16..at + 20].try_into().expect("4 bytes"));
                     let seq = u32::from_ne_bytes(rx[at + 28..at + 32].try_into().expect("4 bytes"));
                     if code == 0 {
@@ -784,6 +783,9 @@ impl Netlink {
                     } else if refused.is_none() {
                         refused = Some((seq, Errno::from_raw(-code)));
                     }
+                }
+                if len < 16 || at + len > n {
+                    break;
                 }
                 at += (len + 3) & !3;
             }
