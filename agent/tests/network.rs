@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use common::{require_root, AGENT, WAIT};
+use common::{forward_into, require_root, AGENT, WAIT};
 
 const A_IP: &str = "172.31.0.1";
 const B_IP: &str = "172.31.0.2";
@@ -42,31 +41,6 @@ fn in_ns(ns: &str, program: &str, args: &[&str]) -> anyhow::Result<String> {
         bail!("{program} {} in {ns}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A listener bound inside the network namespace `ns` (a socket keeps the namespace it was
-/// made in), forwarding every connection to `to` in this process's namespace.
-fn forward_from(ns: &str, listen: SocketAddr, to: SocketAddr) -> anyhow::Result<()> {
-    let path = format!("/run/netns/{ns}");
-    let listener = std::thread::spawn(move || -> anyhow::Result<std::net::TcpListener> {
-        nix::sched::setns(std::fs::File::open(&path)?, nix::sched::CloneFlags::CLONE_NEWNET)?;
-        let l = std::net::TcpListener::bind(listen)?;
-        l.set_nonblocking(true)?;
-        Ok(l)
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("listener thread panicked"))??;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
-    Ok(())
 }
 
 struct Agent {
@@ -348,8 +322,11 @@ async fn scenario(lab: &mut Lab) -> anyhow::Result<()> {
     let registry = kaji_image::testing::Registry::start()?;
     kaji_image::testing::push_busybox(&registry.addr, "kaji/busybox:1").await?;
     let ns_a = lab.agents[0].ns.clone();
-    forward_from(&ns_a, format!("{A_IP}:6443").parse()?, server.addr)?;
-    forward_from(&ns_a, format!("{A_IP}:5000").parse()?, registry.addr.parse()?)?;
+    let ns_a_path = PathBuf::from(format!("/run/netns/{ns_a}"));
+    let _forwarders = [
+        forward_into(&ns_a_path, format!("{A_IP}:6443").parse()?, server.addr)?,
+        forward_into(&ns_a_path, format!("{A_IP}:5000").parse()?, registry.addr.parse()?)?,
+    ];
     let reg = format!("{A_IP}:5000");
     for a in &mut lab.agents {
         a.start(&reg)?;

@@ -225,3 +225,41 @@ pub fn container<'a>(p: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::cor
 pub fn phase(p: &Pod) -> &str {
     p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
+
+/// A listener bound to `listen` inside the network namespace at `ns` (a socket keeps the
+/// namespace it was made in), forwarding every connection to `to` in this process's namespace:
+/// how an agent in a namespace of its own reaches the test's apiserver and registry on loopback.
+pub fn forward_into(
+    ns: &std::path::Path,
+    listen: std::net::SocketAddr,
+    to: std::net::SocketAddr,
+) -> anyhow::Result<Forwarder> {
+    let ns = ns.to_path_buf();
+    let listener = std::thread::spawn(move || -> anyhow::Result<std::net::TcpListener> {
+        nix::sched::setns(std::fs::File::open(&ns)?, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        let l = std::net::TcpListener::bind(listen)?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("listener thread panicked"))??;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    Ok(Forwarder(tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })))
+}
+
+/// Stops listening when dropped.
+pub struct Forwarder(tokio::task::JoinHandle<()>);
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
