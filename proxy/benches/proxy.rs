@@ -171,6 +171,24 @@ fn bench_nftables(n: usize, writer: &str) {
     assert!(!noop.restored);
     let changed = one_endpoint_replaced(&m);
     let (one, one_time) = timed(|| syncer.sync(&changed, false).expect("partial sync"));
+    // What a partial sync computes before it writes anything, piece by piece.
+    if writer == "netlink" {
+        use nftables::plan::{self, Applied};
+        use nftables::render::{elements, hairpin};
+        let (copy, copy_time) = timed(|| changed.clone());
+        let ((e, _), e_time) = timed(|| elements(&copy));
+        let (h, h_time) = timed(|| hairpin(&copy));
+        let applied = Applied { model: m.clone(), elements: elements(&m).0, hairpin: hairpin(&m) };
+        let (p, p_time) = timed(|| plan::partial(&applied, &copy, &e, &h));
+        assert!(!p.is_empty());
+        println!(
+            "(partial sync at {n}: model copy {}, map elements {}, hairpin set {}, plan {})",
+            ms(copy_time),
+            ms(e_time),
+            ms(h_time),
+            ms(p_time)
+        );
+    }
     // A new service adds map elements: nft then loads its cache of the table (and the chain
     // emptied above is deleted in the same transaction).
     let mut added = changed.clone();
@@ -244,16 +262,17 @@ fn main() {
         let mode = std::env::var("KAJI_BENCH_RSS_MODE").unwrap_or_else(|_| "nftables".into());
         let writer = std::env::var("KAJI_BENCH_RSS_WRITER").unwrap_or_else(|_| "netlink".into());
         println!("kaji-proxy --proxy-mode {mode} --nftables-writer {writer} against an apiserver holding N Services + N EndpointSlices (RSS after 20 endpoint changes):");
-        println!("| services × 5 eps | create objects | first sync (proxy's log) | one endpoint changed (log) | proxy RSS (anon + file) | proxy peak RSS |");
+        println!("| services × 5 eps | create objects | first sync (proxy's log) | one endpoint changed (log, median of 20; model part) | proxy RSS (anon + file) | proxy peak RSS |");
         println!("|---|---|---|---|---|---|");
         for n in &sizes {
             let ns = Netns::new("rss");
             let r = rss::measure(&ns.0, *n, &mode, &writer);
             println!(
-                "| {n} | {:.1} s | {} | {} | {:.1} MiB ({:.1} + {:.1}) | {:.1} MiB ({:.1} MB) |",
+                "| {n} | {:.1} s | {} | {} ({}) | {:.1} MiB ({:.1} + {:.1}) | {:.1} MiB ({:.1} MB) |",
                 r.create.as_secs_f64(),
                 ms(r.first_sync),
                 ms(r.partial_sync),
+                ms(r.partial_model),
                 r.rss_kb as f64 / 1024.0,
                 r.anon_kb as f64 / 1024.0,
                 r.file_kb as f64 / 1024.0,

@@ -18,8 +18,10 @@ pub struct Report {
     pub create: Duration,
     /// The proxy's own `took_ms` for its first (full) sync, from its log.
     pub first_sync: Duration,
-    /// The same for the partial sync after the first endpoint change.
+    /// The median `took_ms` of the partial syncs after each endpoint change, and the median of
+    /// their `model_ms` (the model assembled from the caches, part of `took_ms`).
     pub partial_sync: Duration,
+    pub partial_model: Duration,
     pub rss_kb: u64,
     pub hwm_kb: u64,
     /// Of `rss_kb`: anonymous memory (heap, stacks) and mapped files (the binary's pages).
@@ -64,10 +66,10 @@ async fn run(netns: &str, n: usize, mode: &str, writer: &str) -> anyhow::Result<
     let pid = proxy.id();
     let log = data.path().join("proxy.log");
     let result = async {
-        let first = synced(&log, 0, Duration::from_secs(900)).await?;
+        let (first, _) = synced(&log, 0, Duration::from_secs(900)).await?;
         // Endpoints change, one service at a time, each change synced before the next; the
         // memory is read after the last.
-        let mut partial = Duration::ZERO;
+        let mut partials = Vec::new();
         let mut moved = std::collections::HashMap::new();
         for round in 0..CHANGES {
             let i = round * 10 % n;
@@ -76,14 +78,22 @@ async fn run(netns: &str, n: usize, mode: &str, writer: &str) -> anyhow::Result<
             let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &format!("ns{}", i % 50));
             let patch = json!({"endpoints": endpoints(i, *m)});
             slices.patch(&format!("svc-{i}-abcde"), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            let took = synced(&log, round + 1, Duration::from_secs(120)).await?;
-            if round == 0 {
-                partial = took;
-            }
+            partials.push(synced(&log, round + 1, Duration::from_secs(120)).await?);
         }
+        partials.sort();
+        let (partial, partial_model) = partials[partials.len() / 2];
         tokio::time::sleep(Duration::from_secs(1)).await;
         let [rss_kb, hwm_kb, anon_kb, file_kb] = memory(pid);
-        anyhow::Ok(Report { create, first_sync: first, partial_sync: partial, rss_kb, hwm_kb, anon_kb, file_kb })
+        anyhow::Ok(Report {
+            create,
+            first_sync: first,
+            partial_sync: partial,
+            partial_model,
+            rss_kb,
+            hwm_kb,
+            anon_kb,
+            file_kb,
+        })
     }
     .await;
     let _ = proxy.kill();
@@ -142,19 +152,19 @@ async fn create_objects(client: &kube::Client, n: usize) -> anyhow::Result<()> {
 }
 
 /// Waits for the proxy's log to hold more than `seen` "rules synced" lines; returns the
-/// `took_ms` of the next one.
-async fn synced(log: &std::path::Path, seen: usize, timeout: Duration) -> anyhow::Result<Duration> {
+/// `took_ms` and `model_ms` of the next one.
+async fn synced(log: &std::path::Path, seen: usize, timeout: Duration) -> anyhow::Result<(Duration, Duration)> {
     let deadline = Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let took: Vec<u64> = text
+        let took: Vec<(u64, u64)> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| v["fields"]["message"] == "rules synced")
-            .filter_map(|v| v["fields"]["took_ms"].as_u64())
+            .filter_map(|v| Some((v["fields"]["took_ms"].as_u64()?, v["fields"]["model_ms"].as_u64().unwrap_or(0))))
             .collect();
-        if let Some(ms) = took.get(seen) {
-            return Ok(Duration::from_millis(*ms));
+        if let Some((took, model)) = took.get(seen) {
+            return Ok((Duration::from_millis(*took), Duration::from_millis(*model)));
         }
         anyhow::ensure!(Instant::now() < deadline, "timed out waiting for sync {}", seen + 1);
         tokio::time::sleep(Duration::from_millis(200)).await;
