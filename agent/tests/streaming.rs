@@ -386,8 +386,11 @@ async fn kubectl_run_it_gives_a_shell_on_a_terminal() -> anyhow::Result<()> {
     let mut child = script.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     // The size and the keystrokes reach the terminal separately: the shell waits for the size.
+    // kubectl attaching to a terminal sends the size +1 in both directions first and then the
+    // real one (to make a re-attached screen redraw, attach.go), so wait for the real one.
     stdin.write_all(
-        b"for i in $(seq 50); do s=$(stty size) && break; sleep 0.1; done; echo size:$s; echo hi-$((6*7)); exit\n",
+        b"for i in $(seq 50); do s=$(stty size); [ \"$s\" = \"27 91\" ] && break; sleep 0.1; done; \
+          echo size:$s; echo hi-$((6*7)); exit\n",
     )?;
     let out = tokio::task::spawn_blocking(move || {
         let out = child.wait_with_output();
