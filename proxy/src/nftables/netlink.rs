@@ -518,7 +518,11 @@ fn set_userdata(map: Map) -> Vec<u8> {
     u
 }
 
+/// A user-data comment (`kind`, length, text, NUL). Its length is one byte: longer text is cut
+/// (a service's `namespace/name:port` is at most 143 bytes).
 fn comment(u: &mut Vec<u8>, kind: u8, text: &str) {
+    let cut = (0..=text.len().min(254)).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    let text = &text[..cut];
     u.push(kind);
     u.push((text.len() + 1) as u8);
     u.extend_from_slice(text.as_bytes());
