@@ -219,3 +219,46 @@ fn sorted_and_unsorted_models_plan_the_same_changes() {
     assert_eq!(sorted.2.len(), 1, "b's chain goes: {sorted:?}");
     assert_eq!((sorted.3.len(), sorted.4.len()), (2, 2), "b out, c in, d from reject to its chain: {sorted:?}");
 }
+
+/// A partial sync carries the map elements of unchanged service ports over; the result is what
+/// building them all gives, and it declines whenever an address is claimed twice.
+#[test]
+fn carried_elements_are_the_elements_built_from_scratch() {
+    let svc = |name: &str, ip: &str, eps: &[&str]| ServicePort {
+        endpoints: eps.iter().map(|e| ep(e, 80)).collect(),
+        node_port: (name == "b").then_some(30080),
+        ..ServicePort::new("ns", name, "", self::ip(ip), 80)
+    };
+    let steps = [
+        vec![
+            svc("a", "10.96.0.1", &["10.244.1.1"]),
+            svc("b", "10.96.0.2", &["10.244.1.2"]),
+            svc("c", "10.96.0.3", &[]),
+        ],
+        // b loses its endpoints (reject map), c gains one, d arrives.
+        vec![
+            svc("a", "10.96.0.1", &["10.244.1.1"]),
+            svc("b", "10.96.0.2", &[]),
+            svc("c", "10.96.0.3", &["10.244.1.3"]),
+            svc("d", "10.96.0.4", &["10.244.1.4"]),
+        ],
+        // a leaves, d takes the ClusterIP a had (a key moving between two changed services).
+        vec![
+            svc("b", "10.96.0.2", &[]),
+            svc("c", "10.96.0.3", &["10.244.1.3"]),
+            svc("d", "10.96.0.1", &["10.244.1.4"]),
+        ],
+    ];
+    let mut before = applied(&model(steps[0].clone()));
+    for step in &steps[1..] {
+        let after = model(step.clone());
+        let carried = plan::carried_elements(&before, &after).expect("nothing contested");
+        assert_eq!(carried, elements(&after).0);
+        before = applied(&after);
+    }
+    // An external IP claimed by a second service: the full build decides, not the carry.
+    let x = ServicePort { external_ips: vec![ip("192.0.2.9")], ..svc("x", "10.96.0.9", &["10.244.9.9"]) };
+    let y = ServicePort { external_ips: vec![ip("192.0.2.9")], ..svc("y", "10.96.0.10", &["10.244.9.10"]) };
+    let one = model(vec![x.clone()]);
+    assert_eq!(plan::carried_elements(&applied(&one), &model(vec![x, y])), None);
+}

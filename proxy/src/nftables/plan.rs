@@ -4,7 +4,7 @@
 
 use crate::model::{Model, Protocol, ServicePort};
 use crate::nftables::render::{
-    object_names, service_objects, Chain, Elements, Hairpin, Key, Map, ServiceObjects, Verdict,
+    object_names, service_elements, service_objects, Chain, Elements, Hairpin, Key, Map, ServiceObjects, Verdict,
 };
 use crate::nftables::tx::FIXED_CHAINS;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -154,6 +154,38 @@ pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &
     p.delete_hairpin = applied.hairpin.difference(hairpin).copied().collect();
     p.add_hairpin = hairpin.difference(&applied.hairpin).copied().collect();
     p
+}
+
+/// The map elements of `model`, carried over from `applied`'s: those of the service ports that
+/// changed taken out and put back as they are now, the rest kept — what `render::elements` builds,
+/// without naming every service port again (a SHA-256 each: 12 ms of a partial sync at 10,000).
+/// `None` (build them all) unless both models are sorted and no key is claimed twice: which
+/// service keeps a contested key depends on model order, which only the full build knows.
+pub fn carried_elements(applied: &Applied, model: &Model) -> Option<Elements> {
+    if !(sorted(&applied.model) && sorted(model)) {
+        return None;
+    }
+    let mut changed = Vec::new();
+    merge(
+        applied.model.services.iter(),
+        model.services.iter(),
+        |sp| key(sp),
+        |o, n| {
+            if o != n {
+                changed.push((o, n));
+            }
+        },
+    );
+    let mut out = applied.elements.clone();
+    let mut clean = true;
+    for o in changed.iter().filter_map(|(o, _)| *o) {
+        // Each key it had must still be its own (same verdict: the names are the service's).
+        service_elements(o, |map, key, v| clean &= out.remove(&(map, key)).is_some_and(|had| had == v));
+    }
+    for n in changed.iter().filter_map(|(_, n)| *n) {
+        service_elements(n, |map, key, v| clean &= out.insert((map, key), v).is_none());
+    }
+    clean.then_some(out)
 }
 
 /// One service port's chains and sets, before and after.

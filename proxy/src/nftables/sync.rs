@@ -56,16 +56,28 @@ impl Syncer {
             cidr.parse::<crate::nftables::rule::Cidr>()
                 .map_err(|e| nft::Error::Invalid(format!("cluster CIDR: {e}")))?;
         }
-        let (elements, conflicts) = render::elements(&model);
-        for c in conflicts.iter().filter(|c| !self.warned.contains(*c)) {
-            tracing::warn!(problem = %c, "skipping a conflicting service address");
-        }
-        self.warned = conflicts.into_iter().collect();
         let full = full
             || match &self.applied {
                 None => true,
                 Some(a) => a.model.cluster_cidr != model.cluster_cidr || a.model.masquerade_all != model.masquerade_all,
             };
+        // A partial sync carries unchanged service ports' elements over, unless addresses were
+        // contested last time (then who keeps one depends on the whole model).
+        let carried = match &self.applied {
+            Some(applied) if !full && self.warned.is_empty() => plan::carried_elements(applied, &model),
+            _ => None,
+        };
+        let elements = match carried {
+            Some(elements) => elements,
+            None => {
+                let (elements, conflicts) = render::elements(&model);
+                for c in conflicts.iter().filter(|c| !self.warned.contains(*c)) {
+                    tracing::warn!(problem = %c, "skipping a conflicting service address");
+                }
+                self.warned = conflicts.into_iter().collect();
+                elements
+            }
+        };
         let hairpin = render::hairpin(&model);
         if full {
             self.full(model, elements, hairpin)
