@@ -21,9 +21,9 @@ fn plan(before: &Applied, after: &Model) -> Partial {
 }
 
 fn text(p: &Partial) -> String {
-    let mut tx = Tx::new(Text::new(Vec::new()));
-    tx.partial(p).expect("write to a Vec");
-    String::from_utf8(tx.w.finish().expect("write to a Vec")).expect("UTF-8")
+    let mut text = Text::new(Vec::new());
+    Tx::new(&mut text).partial(p).expect("write to a Vec");
+    String::from_utf8(text.finish().expect("write to a Vec")).expect("UTF-8")
 }
 
 #[test]

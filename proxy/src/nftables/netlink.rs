@@ -19,7 +19,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 // nfnetlink / nf_tables uapi numbers.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -112,15 +112,6 @@ impl Batch {
         };
         b.message(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0);
         b
-    }
-
-    /// Bytes so far.
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.starts.len() <= 1
     }
 
     /// Starts a message: `nlmsghdr` + `nfgenmsg`. Batch markers carry the subsystem instead
@@ -706,10 +697,6 @@ pub struct Netlink {
 impl Netlink {
     pub fn new(netns: Option<PathBuf>) -> Self {
         Self { netns }
-    }
-
-    pub fn netns(&self) -> Option<&Path> {
-        self.netns.as_deref()
     }
 
     fn socket(&self) -> Result<OwnedFd, Error> {

@@ -392,10 +392,10 @@ pub fn elements(model: &Model) -> (Elements, Vec<String>) {
 /// runs (and the golden files hold).
 pub fn render(model: &Model) -> String {
     let (elements, _) = elements(model);
-    let mut tx = crate::nftables::tx::Tx::new(crate::nftables::text::Text::new(Vec::new()));
-    let out = tx
+    let mut text = crate::nftables::text::Text::new(Vec::new());
+    let out = crate::nftables::tx::Tx::new(&mut text)
         .full(model, &elements, &hairpin(model), &[], &[])
-        .and_then(|_| tx.w.finish())
+        .and_then(|_| text.finish())
         .expect("writing to a Vec cannot fail");
     String::from_utf8(out).expect("the transaction is UTF-8")
 }

@@ -13,7 +13,7 @@ use crate::nftables::nft::{self, Nft};
 use crate::nftables::plan::{self, Applied};
 use crate::nftables::render::{self, object_names, Elements, Hairpin};
 use crate::nftables::text::Text;
-use crate::nftables::tx::{Counts, Tx, Writer};
+use crate::nftables::tx::{Counts, Tx};
 use crate::sync::Outcome;
 use std::collections::HashSet;
 
@@ -131,25 +131,27 @@ impl Syncer {
     fn run(
         &mut self,
         stale: &[String],
-        write: impl Fn(&mut dyn Step) -> std::io::Result<()>,
+        write: impl Fn(&mut Tx<'_>) -> std::io::Result<()>,
     ) -> nft::Result<(Counts, usize)> {
         let attempt = |keep: bool| -> nft::Result<(Counts, usize)> {
             match self.nft.netlink() {
                 Some(netlink) => {
-                    let mut tx = Tx::new(Batch::new());
+                    let mut batch = Batch::new();
+                    let mut tx = Tx::new(&mut batch);
                     tx.keep_stale_chains = keep;
                     write(&mut tx).map_err(nft::Error::Write)?;
-                    let bytes = netlink.apply(tx.w)?;
-                    Ok((tx.counts, bytes))
+                    let counts = tx.counts;
+                    Ok((counts, netlink.apply(batch)?))
                 }
                 None => {
                     let mut counts = Counts::default();
                     let bytes = self.nft.run_with(&[], |w| {
-                        let mut tx = Tx::new(Text::new(w));
+                        let mut text = Text::new(w);
+                        let mut tx = Tx::new(&mut text);
                         tx.keep_stale_chains = keep;
                         write(&mut tx)?;
                         counts = tx.counts;
-                        tx.w.finish().map(|_| ())
+                        text.finish().map(|_| ())
                     })?;
                     Ok((counts, bytes))
                 }
@@ -178,36 +180,6 @@ impl Syncer {
         let wanted: HashSet<String> = model.services.iter().flat_map(|sp| object_names(sp).0).collect();
         self.undeleted.retain(|c| !wanted.contains(c));
         self.undeleted.clone()
-    }
-}
-
-/// A transaction being written, whoever writes it.
-trait Step {
-    fn full(
-        &mut self,
-        model: &Model,
-        e: &Elements,
-        h: &Hairpin,
-        stale: &[String],
-        sets: &[String],
-    ) -> std::io::Result<()>;
-    fn partial(&mut self, p: &plan::Partial) -> std::io::Result<()>;
-}
-
-impl<W: Writer> Step for Tx<W> {
-    fn full(
-        &mut self,
-        model: &Model,
-        e: &Elements,
-        h: &Hairpin,
-        stale: &[String],
-        sets: &[String],
-    ) -> std::io::Result<()> {
-        Tx::full(self, model, e, h, stale, sets)
-    }
-
-    fn partial(&mut self, p: &plan::Partial) -> std::io::Result<()> {
-        Tx::partial(self, p)
     }
 }
 

@@ -118,17 +118,17 @@ pub struct Counts {
     pub elements_written: usize,
 }
 
-/// A transaction being written by `W`.
-pub struct Tx<W> {
-    pub w: W,
+/// A transaction being written by a [`Writer`].
+pub struct Tx<'w> {
+    w: &'w mut dyn Writer,
     /// Stale chains are emptied but not deleted (a kernel that still counts a reference from
     /// a map element removed in the same transaction refuses the delete with EBUSY).
     pub keep_stale_chains: bool,
     pub counts: Counts,
 }
 
-impl<W: Writer> Tx<W> {
-    pub fn new(w: W) -> Self {
+impl<'w> Tx<'w> {
+    pub fn new(w: &'w mut dyn Writer) -> Self {
         Self { w, keep_stale_chains: false, counts: Counts::default() }
     }
 
