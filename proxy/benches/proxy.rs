@@ -179,13 +179,15 @@ fn bench_nftables(n: usize, writer: &str) {
         let ((e, _), e_time) = timed(|| elements(&copy));
         let (h, h_time) = timed(|| hairpin(&copy));
         let applied = Applied { model: m.clone(), elements: elements(&m).0, hairpin: hairpin(&m) };
-        let (carried, carry_time) = timed(|| plan::carried_elements(&applied, &copy));
+        let (changes, changes_time) = timed(|| plan::changes(&applied.model, &copy));
+        let (carried, carry_time) = timed(|| plan::carried_elements(&applied, &changes));
         assert_eq!(carried.as_ref(), Some(&e));
-        let (p, p_time) = timed(|| plan::partial(&applied, &copy, &e, &h));
+        let (p, p_time) = timed(|| plan::partial(&applied, &copy, &changes, &e, &h));
         assert!(!p.is_empty());
         println!(
-            "(partial sync at {n}: model copy {}, map elements {} built / {} carried over, hairpin set {}, plan {})",
+            "(partial sync at {n}: model copy {}, changed service ports {}, map elements {} built / {} carried over, hairpin set {}, plan {})",
             ms(copy_time),
+            ms(changes_time),
             ms(e_time),
             ms(carry_time),
             ms(h_time),

@@ -17,7 +17,7 @@ fn applied(m: &Model) -> Applied {
 }
 
 fn plan(before: &Applied, after: &Model) -> Partial {
-    plan::partial(before, after, &elements(after).0, &hairpin(after))
+    plan::partial(before, after, &plan::changes(&before.model, after), &elements(after).0, &hairpin(after))
 }
 
 fn text(p: &Partial) -> String {
@@ -252,13 +252,14 @@ fn carried_elements_are_the_elements_built_from_scratch() {
     let mut before = applied(&model(steps[0].clone()));
     for step in &steps[1..] {
         let after = model(step.clone());
-        let carried = plan::carried_elements(&before, &after).expect("nothing contested");
+        let carried =
+            plan::carried_elements(&before, &plan::changes(&before.model, &after)).expect("nothing contested");
         assert_eq!(carried, elements(&after).0);
         before = applied(&after);
     }
     // An external IP claimed by a second service: the full build decides, not the carry.
     let x = ServicePort { external_ips: vec![ip("192.0.2.9")], ..svc("x", "10.96.0.9", &["10.244.9.9"]) };
     let y = ServicePort { external_ips: vec![ip("192.0.2.9")], ..svc("y", "10.96.0.10", &["10.244.9.10"]) };
-    let one = model(vec![x.clone()]);
-    assert_eq!(plan::carried_elements(&applied(&one), &model(vec![x, y])), None);
+    let (one, two) = (model(vec![x.clone()]), model(vec![x, y]));
+    assert_eq!(plan::carried_elements(&applied(&one), &plan::changes(&one, &two)), None);
 }

@@ -95,43 +95,55 @@ fn merge<T, K: Ord>(
     }
 }
 
-/// The partial sync from `applied` to `model` (whose elements are `elements`, hairpin set
-/// `hairpin`). Both models must have the same masquerade settings (otherwise every chain
-/// changes: sync fully). At 10,000 services this runs on every sync, so sorted models (the
-/// proxy's) are walked side by side and the element maps merged, rather than indexed and
-/// looked up.
-pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &Hairpin) -> Partial {
-    let mut p = Partial::default();
-    let changed = |p: &mut Partial, before: Option<&ServicePort>, after: Option<&ServicePort>| {
-        p.model_changed = true;
-        let before = before.map(|o| service_objects(&applied.model, o)).unwrap_or_default();
-        let after = after.map(|sp| service_objects(model, sp)).unwrap_or_default();
-        diff_service(p, before, after);
-    };
-    if sorted(&applied.model) && sorted(model) {
+/// A service port that differs between two models: before, after (`None`: only one side has it).
+pub type Change<'a> = (Option<&'a ServicePort>, Option<&'a ServicePort>);
+
+/// The service ports that differ from `old` to `new`. At 10,000 services this runs on every
+/// sync, so sorted models (the proxy's) are walked side by side (in key order) rather than
+/// indexed and looked up (model order, then what left).
+pub fn changes<'a>(old: &'a Model, new: &'a Model) -> Vec<Change<'a>> {
+    let mut out = Vec::new();
+    if sorted(old) && sorted(new) {
         merge(
-            applied.model.services.iter(),
-            model.services.iter(),
+            old.services.iter(),
+            new.services.iter(),
             |sp| key(sp),
             |o, n| {
                 if o != n {
-                    changed(&mut p, o, n);
+                    out.push((o, n));
                 }
             },
         );
     } else {
-        let old = index(&applied.model);
-        let mut seen = HashSet::with_capacity(model.services.len());
-        for sp in &model.services {
+        let index = index(old);
+        let mut seen = HashSet::with_capacity(new.services.len());
+        for sp in &new.services {
             seen.insert(key(sp));
-            match old.get(&key(sp)) {
+            match index.get(&key(sp)) {
                 Some(o) if *o == sp => {}
-                o => changed(&mut p, o.copied(), Some(sp)),
+                o => out.push((o.copied(), Some(sp))),
             }
         }
-        for o in applied.model.services.iter().filter(|o| !seen.contains(&key(o))) {
-            changed(&mut p, Some(o), None);
-        }
+        out.extend(old.services.iter().filter(|o| !seen.contains(&key(o))).map(|o| (Some(o), None)));
+    }
+    out
+}
+
+/// The partial sync from `applied` to `model` (whose service ports differ by `changes`, its
+/// elements are `elements`, hairpin set `hairpin`). Both models must have the same masquerade
+/// settings (otherwise every chain changes: sync fully).
+pub fn partial(
+    applied: &Applied,
+    model: &Model,
+    changes: &[Change<'_>],
+    elements: &Elements,
+    hairpin: &Hairpin,
+) -> Partial {
+    let mut p = Partial { model_changed: !changes.is_empty(), ..Partial::default() };
+    for (before, after) in changes {
+        let before = before.map(|o| service_objects(&applied.model, o)).unwrap_or_default();
+        let after = after.map(|sp| service_objects(model, sp)).unwrap_or_default();
+        diff_service(&mut p, before, after);
     }
 
     // Both maps are ordered by key: one merge finds what left, changed and arrived.
@@ -156,33 +168,19 @@ pub fn partial(applied: &Applied, model: &Model, elements: &Elements, hairpin: &
     p
 }
 
-/// The map elements of `model`, carried over from `applied`'s: those of the service ports that
-/// changed taken out and put back as they are now, the rest kept — what `render::elements` builds,
-/// without naming every service port again (a SHA-256 each: 12 ms of a partial sync at 10,000).
-/// `None` (build them all) unless both models are sorted and no key is claimed twice: which
-/// service keeps a contested key depends on model order, which only the full build knows.
-pub fn carried_elements(applied: &Applied, model: &Model) -> Option<Elements> {
-    if !(sorted(&applied.model) && sorted(model)) {
-        return None;
-    }
-    let mut changed = Vec::new();
-    merge(
-        applied.model.services.iter(),
-        model.services.iter(),
-        |sp| key(sp),
-        |o, n| {
-            if o != n {
-                changed.push((o, n));
-            }
-        },
-    );
+/// The map elements of the model `changes` lead to from `applied`, carried over from `applied`'s:
+/// those of the service ports that changed taken out and put back as they are now, the rest kept —
+/// what `render::elements` builds, without naming every service port again (a SHA-256 each: 12 ms
+/// of a partial sync at 10,000). `None` (build them all) when a key is claimed twice: which service
+/// keeps a contested key depends on model order, which only the full build knows.
+pub fn carried_elements(applied: &Applied, changes: &[Change<'_>]) -> Option<Elements> {
     let mut out = applied.elements.clone();
     let mut clean = true;
-    for o in changed.iter().filter_map(|(o, _)| *o) {
+    for o in changes.iter().filter_map(|(o, _)| *o) {
         // Each key it had must still be its own (same verdict: the names are the service's).
         service_elements(o, |map, key, v| clean &= out.remove(&(map, key)).is_some_and(|had| had == v));
     }
-    for n in changed.iter().filter_map(|(_, n)| *n) {
+    for n in changes.iter().filter_map(|(_, n)| *n) {
         service_elements(n, |map, key, v| clean &= out.insert((map, key), v).is_none());
     }
     clean.then_some(out)

@@ -10,7 +10,7 @@
 use crate::model::Model;
 use crate::nftables::netlink::Batch;
 use crate::nftables::nft::{self, Nft};
-use crate::nftables::plan::{self, Applied};
+use crate::nftables::plan::{self, Applied, Partial};
 use crate::nftables::render::{self, object_names, Elements, Hairpin};
 use crate::nftables::text::Text;
 use crate::nftables::tx::{Counts, Tx};
@@ -61,29 +61,21 @@ impl Syncer {
                 None => true,
                 Some(a) => a.model.cluster_cidr != model.cluster_cidr || a.model.masquerade_all != model.masquerade_all,
             };
-        // A partial sync carries unchanged service ports' elements over, unless addresses were
-        // contested last time (then who keeps one depends on the whole model).
-        let carried = match &self.applied {
-            Some(applied) if !full && self.warned.is_empty() => plan::carried_elements(applied, &model),
-            _ => None,
-        };
-        let elements = match carried {
-            Some(elements) => elements,
-            None => {
-                let (elements, conflicts) = render::elements(&model);
-                for c in conflicts.iter().filter(|c| !self.warned.contains(*c)) {
-                    tracing::warn!(problem = %c, "skipping a conflicting service address");
-                }
-                self.warned = conflicts.into_iter().collect();
-                elements
-            }
-        };
-        let hairpin = render::hairpin(&model);
         if full {
-            self.full(model, elements, hairpin)
-        } else {
-            self.partial(model, elements, hairpin)
+            let elements = build_elements(&model, &mut self.warned);
+            let hairpin = render::hairpin(&model);
+            return self.full(model, elements, hairpin);
         }
+        let applied = self.applied.as_ref().expect("a partial sync only follows a successful one");
+        let changes = plan::changes(&applied.model, &model);
+        // Unchanged service ports' elements are carried over, unless addresses were contested
+        // last time (then who keeps one depends on the whole model).
+        let carried = if self.warned.is_empty() { plan::carried_elements(applied, &changes) } else { None };
+        let elements = carried.unwrap_or_else(|| build_elements(&model, &mut self.warned));
+        let hairpin = render::hairpin(&model);
+        let p = plan::partial(applied, &model, &changes, &elements, &hairpin);
+        drop(changes);
+        self.partial(model, elements, hairpin, p)
     }
 
     fn full(&mut self, model: Model, elements: Elements, hairpin: Hairpin) -> nft::Result<Outcome> {
@@ -103,12 +95,12 @@ impl Syncer {
         Ok(outcome(true, counts, bytes))
     }
 
-    fn partial(&mut self, model: Model, elements: Elements, hairpin: Hairpin) -> nft::Result<Outcome> {
-        let applied = self.applied.as_mut().expect("a partial sync only follows a successful one");
-        let mut p = plan::partial(applied, &model, &elements, &hairpin);
+    fn partial(&mut self, model: Model, elements: Elements, hairpin: Hairpin, mut p: Partial) -> nft::Result<Outcome> {
         if p.is_empty() {
             if p.model_changed {
-                applied.model = model;
+                if let Some(applied) = self.applied.as_mut() {
+                    applied.model = model;
+                }
             }
             return Ok(Outcome { full: false, restored: false, ..Outcome::default() });
         }
@@ -181,6 +173,16 @@ impl Syncer {
         self.undeleted.retain(|c| !wanted.contains(c));
         self.undeleted.clone()
     }
+}
+
+/// Every map element of `model`, built; conflicts warned about once each (`warned` keeps them).
+fn build_elements(model: &Model, warned: &mut HashSet<String>) -> Elements {
+    let (elements, conflicts) = render::elements(model);
+    for c in conflicts.iter().filter(|c| !warned.contains(*c)) {
+        tracing::warn!(problem = %c, "skipping a conflicting service address");
+    }
+    *warned = conflicts.into_iter().collect();
+    elements
 }
 
 fn outcome(full: bool, counts: Counts, bytes: usize) -> Outcome {
