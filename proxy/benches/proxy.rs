@@ -75,7 +75,7 @@ fn service(i: u32, generation: u32) -> ServicePort {
 fn model(n: usize, generation: u32) -> Model {
     let mut services: Vec<ServicePort> = (0..n as u32).map(|i| service(i, generation)).collect();
     sort(&mut services);
-    Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services }
+    Model { cluster_cidr: "10.244.0.0/16".parse().ok(), masquerade_all: false, services }
 }
 
 /// In key order, as the proxy's own models are (`build::assemble`).

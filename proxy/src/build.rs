@@ -1,7 +1,7 @@
 //! Turns Services and EndpointSlices (as the API serves them) into the model, for one node.
 //! Bad input never fails the whole build: the offending part is skipped with a warning.
 
-use crate::model::{Endpoint, Model, Protocol, ServicePort};
+use crate::model::{Cidr, Endpoint, Model, Protocol, ServicePort};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub struct NodeContext {
     /// This node's name: endpoints with this `nodeName` are local.
     pub node_name: String,
-    pub cluster_cidr: Option<String>,
+    pub cluster_cidr: Option<Cidr>,
     pub masquerade_all: bool,
 }
 
@@ -270,7 +270,7 @@ pub fn assemble<'a>(
             _ => kept.push(sp),
         }
     }
-    let model = Model { cluster_cidr: ctx.cluster_cidr.clone(), masquerade_all: ctx.masquerade_all, services: kept };
+    let model = Model { cluster_cidr: ctx.cluster_cidr, masquerade_all: ctx.masquerade_all, services: kept };
     (model, warnings)
 }
 

@@ -64,7 +64,7 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
     tracing::info!(services = services.len(), endpointslices = slices.len(), "caches synced; programming rules");
     let ctx = NodeContext {
         node_name: config.node_name.clone(),
-        cluster_cidr: config.cluster_cidr.clone(),
+        cluster_cidr: config.cluster_cidr,
         masquerade_all: config.masquerade_all,
     };
     let mut syncer = Some(Syncer::new(&config.backend));

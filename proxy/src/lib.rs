@@ -44,7 +44,7 @@ pub struct Config {
     /// This node's name: endpoints on it are the ones `Local` policies use.
     pub node_name: String,
     /// Pod CIDR of the cluster: ClusterIP traffic from outside it is masqueraded.
-    pub cluster_cidr: Option<String>,
+    pub cluster_cidr: Option<crate::model::Cidr>,
     pub masquerade_all: bool,
     /// Syncs are at least this far apart (changes in between are coalesced).
     pub min_sync_period: Duration,

@@ -35,8 +35,8 @@ struct Args {
     hostname_override: Option<String>,
     /// The cluster's pod CIDR (IPv4, a.b.c.d/n): traffic to ClusterIPs from outside it is
     /// masqueraded.
-    #[arg(long, value_parser = parse_cidr)]
-    cluster_cidr: Option<String>,
+    #[arg(long)]
+    cluster_cidr: Option<kaji_proxy::model::Cidr>,
     /// Masquerade all traffic to ClusterIPs.
     #[arg(long)]
     masquerade_all: bool,
@@ -66,11 +66,6 @@ struct Args {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
-}
-
-/// An IPv4 CIDR, kept as given once it parses.
-fn parse_cidr(s: &str) -> Result<String, String> {
-    s.parse::<kaji_proxy::nftables::rule::Cidr>().map(|_| s.to_string())
 }
 
 /// "500ms", "1s", "2m", "1h" or plain seconds.
@@ -106,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let config = kaji_proxy::Config {
         node_name,
-        cluster_cidr: args.cluster_cidr.clone(),
+        cluster_cidr: args.cluster_cidr,
         masquerade_all: args.masquerade_all,
         min_sync_period: args.min_sync_period,
         sync_period: args.sync_period,

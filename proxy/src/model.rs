@@ -185,9 +185,53 @@ fn usable<'e>(eps: impl Iterator<Item = &'e Endpoint> + Clone) -> Vec<&'e Endpoi
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Model {
     /// Traffic to a ClusterIP from outside this CIDR is masqueraded (`--cluster-cidr`).
-    pub cluster_cidr: Option<String>,
+    pub cluster_cidr: Option<Cidr>,
     /// Masquerade all traffic to ClusterIPs (`--masquerade-all`).
     pub masquerade_all: bool,
     /// Sorted by namespace, name, port name, protocol (`build` sorts them).
     pub services: Vec<ServicePort>,
+}
+
+/// An IPv4 prefix, as `--cluster-cidr` gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: Ipv4Addr,
+    pub len: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not an IPv4 CIDR (a.b.c.d/n)");
+        let (addr, len) = s.split_once('/').ok_or_else(bad)?;
+        let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+        let len: u8 = len.parse().map_err(|_| bad())?;
+        if len > 32 {
+            return Err(bad());
+        }
+        // The network address, as nft prints it whatever host bits were given.
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        Ok(Self { addr: Ipv4Addr::from(u32::from(addr) & mask), len })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs_parse_to_their_network() {
+        assert_eq!("10.244.0.0/16".parse::<Cidr>().expect("a CIDR").to_string(), "10.244.0.0/16");
+        assert_eq!("10.244.3.7/12".parse::<Cidr>().expect("a CIDR").to_string(), "10.240.0.0/12");
+        for bad in ["10.244.0.0", "10.244.0.0/33", "fd00::/64", "x/8", "10.0.0.0/-1"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
 }

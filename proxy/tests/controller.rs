@@ -100,7 +100,7 @@ async fn programs_services_and_endpoint_changes_from_the_api(rules: Rules) -> an
     let client = kube::Client::try_from(kube::Config::new(format!("http://{}", server.addr).parse()?))?;
     let config = kaji_proxy::Config {
         node_name: "node-a".into(),
-        cluster_cidr: Some("10.244.0.0/16".into()),
+        cluster_cidr: "10.244.0.0/16".parse().ok(),
         min_sync_period: Duration::from_millis(100),
         backend: ns.backend(rules.mode),
         metrics_addr: Some("127.0.0.1:0".parse()?),

@@ -58,7 +58,7 @@ fn svc(i: u8, eps: &[u8]) -> ServicePort {
 
 #[test]
 fn partial_syncs_end_where_a_full_sync_does() {
-    let model = |services| Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services };
+    let model = |services| Model { cluster_cidr: "10.244.0.0/16".parse().ok(), masquerade_all: false, services };
     let a = model(vec![svc(1, &[1, 2, 3]), svc(2, &[1]), svc(3, &[1, 2]), svc(4, &[])]);
     // svc1 loses an endpoint, svc2 loses all, svc3 is deleted, svc4 gains one, svc5 is new.
     let b = model(vec![svc(1, &[1, 3]), svc(2, &[]), svc(4, &[7]), svc(5, &[1, 2])]);

@@ -113,7 +113,7 @@ fn svc(i: u8, eps: &[u8]) -> ServicePort {
 }
 
 fn model(services: Vec<ServicePort>) -> Model {
-    Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services }
+    Model { cluster_cidr: "10.244.0.0/16".parse().ok(), masquerade_all: false, services }
 }
 
 fn fresh(m: &Model) -> Vec<String> {

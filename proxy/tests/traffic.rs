@@ -100,7 +100,7 @@ fn model(ready: [bool; 3]) -> Model {
         endpoints: vec![Endpoint::ready(BACKENDS[0].parse().expect("ip"), 8080, false)],
         ..ServicePort::new("demo", "own", "", "10.96.0.30".parse().expect("ip"), 80)
     };
-    Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services: vec![empty, web, own] }
+    Model { cluster_cidr: "10.244.0.0/16".parse().ok(), masquerade_all: false, services: vec![empty, web, own] }
 }
 
 #[test]

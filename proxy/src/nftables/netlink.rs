@@ -11,9 +11,9 @@
 //! GPL-3.0 (this workspace is Apache-2.0). The message layout is the kernel's uapi
 //! (`linux/netfilter/nf_tables.h`); the socket is `nix`'s.
 
-use crate::model::Protocol;
+use crate::model::{Cidr, Protocol};
 use crate::nftables::render::{Key, Map, Verdict, REJECT_CHAIN, TABLE};
-use crate::nftables::rule::{Action, Cidr, Rule};
+use crate::nftables::rule::{Action, Rule};
 use crate::nftables::tx::{BaseChain, Element, Writer};
 use nix::errno::Errno;
 use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType};

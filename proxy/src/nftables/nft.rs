@@ -17,8 +17,6 @@ pub enum Error {
     Write(#[source] io::Error),
     #[error(transparent)]
     Netlink(#[from] netlink::Error),
-    #[error("bad input: {0}")]
-    Invalid(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -9,7 +9,7 @@
 
 use crate::model::{Endpoint, Model, Protocol, ServicePort};
 use crate::names;
-use crate::nftables::rule::{Action, Cidr, Rule};
+use crate::nftables::rule::{Action, Rule};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -157,11 +157,6 @@ impl Chain {
     }
 }
 
-/// The model's `--cluster-cidr`, if it is one (`Syncer::sync` refuses a model whose is not).
-pub fn cluster_cidr(model: &Model) -> Option<Cidr> {
-    model.cluster_cidr.as_deref().and_then(|c| c.parse().ok())
-}
-
 /// What one service port owns in the table, in the order it must be created: affinity sets and
 /// endpoint chains (with session affinity only), the policy chains, the external chain that
 /// goes to those.
@@ -218,7 +213,7 @@ pub fn service_objects(model: &Model, sp: &ServicePort) -> ServiceObjects {
     }
 
     // The policy chains: masquerade rule (internal policy chain only), then endpoint choice.
-    let cidr = cluster_cidr(model);
+    let cidr = model.cluster_cidr;
     let masquerade = |c: &mut Chain| {
         if model.masquerade_all || cidr.is_some() {
             c.add(Rule::ToService {

@@ -52,10 +52,6 @@ impl Syncer {
 
     /// `sync`, keeping `model` as the applied state rather than a copy of it.
     pub fn sync_owned(&mut self, model: Model, full: bool) -> nft::Result<Outcome> {
-        if let Some(cidr) = &model.cluster_cidr {
-            cidr.parse::<crate::nftables::rule::Cidr>()
-                .map_err(|e| nft::Error::Invalid(format!("cluster CIDR: {e}")))?;
-        }
         let full = full
             || match &self.applied {
                 None => true,

@@ -12,7 +12,7 @@ pub fn ep(addr: &str, port: u16) -> Endpoint {
 }
 
 pub fn model(services: Vec<ServicePort>) -> Model {
-    Model { cluster_cidr: Some("10.244.0.0/16".into()), masquerade_all: false, services }
+    Model { cluster_cidr: "10.244.0.0/16".parse().ok(), masquerade_all: false, services }
 }
 
 pub fn web() -> ServicePort {
