@@ -277,7 +277,9 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
     let res = c.resources.as_ref();
     let lim = |n: &str| res.and_then(|r| r.limits.as_ref()).and_then(|l| l.get(n)).map(|q| q.0.clone());
     let req = |n: &str| res.and_then(|r| r.requests.as_ref()).and_then(|l| l.get(n)).map(|q| q.0.clone());
-    let mut resources = json!({});
+    // Devices: none but the runtime's defaults (null, zero, random, tty, pts...), as
+    // containerd gives a pod's containers; a privileged container gets them all.
+    let mut resources = json!({"devices": [{"allow": privileged, "access": "rwm"}]});
     if let Some(m) = lim("memory") {
         let bytes = crate::node::parse_bytes(&m).ok_or_else(|| format!("invalid memory limit {m:?}"))?;
         resources["memory"] = json!({"limit": bytes, "swap": bytes});
@@ -387,6 +389,7 @@ mod tests {
         assert!(caps.contains(&"CAP_NET_ADMIN") && !caps.contains(&"CAP_KILL") && caps.contains(&"CAP_CHOWN"));
         assert_eq!(s["linux"]["resources"]["memory"]["limit"], 64 << 20);
         assert_eq!(s["linux"]["resources"]["cpu"], json!({"quota": 50000, "period": 100000, "shares": 256}));
+        assert_eq!(s["linux"]["resources"]["devices"], json!([{"allow": false, "access": "rwm"}]));
         assert_eq!(s["annotations"][ANNOTATION_LOWERDIRS], "/l/b:/l/a", "overlay wants the top layer first");
         let data =
             s["mounts"].as_array().expect("mounts").iter().find(|m| m["destination"] == "/data").expect("volume");
@@ -404,6 +407,7 @@ mod tests {
         assert!(s["linux"].get("seccomp").is_none());
         assert!(s["process"]["capabilities"]["bounding"].as_array().expect("caps").contains(&json!("CAP_SYS_ADMIN")));
         assert_eq!(s["process"]["noNewPrivileges"], false);
+        assert_eq!(s["linux"]["resources"]["devices"], json!([{"allow": true, "access": "rwm"}]));
     }
 
     #[test]

@@ -162,6 +162,19 @@ pub fn default_capabilities() -> HashSet<Capability> {
     .collect()
 }
 
+/// No device but the runtime's defaults (null, zero, full, random, urandom, tty, console, pts,
+/// ptmx, tun: the list libcgroups adds), as `runc spec` writes it: a new v1 devices cgroup
+/// otherwise inherits "a *:* rwm", and with CAP_MKNOD in the default set a container could make
+/// and open any of the host's devices.
+fn default_resources() -> Result<oci_spec::runtime::LinuxResources> {
+    let deny_all = oci_spec::runtime::LinuxDeviceCgroupBuilder::default()
+        .allow(false)
+        .access("rwm")
+        .build()
+        .map_err(Error::Build)?;
+    oci_spec::runtime::LinuxResourcesBuilder::default().devices(vec![deny_all]).build().map_err(Error::Build)
+}
+
 /// The mounts every container gets (runc's default spec without the cgroup mount).
 pub fn default_mounts() -> Vec<Mount> {
     oci_spec::runtime::get_default_mounts()
@@ -255,7 +268,7 @@ pub fn default_spec(opts: &SpecOptions) -> Result<Spec> {
         .masked_paths(oci_spec::runtime::get_default_maskedpaths())
         .readonly_paths(oci_spec::runtime::get_default_readonly_paths())
         .seccomp(crate::seccomp::default_profile())
-        .resources(oci_spec::runtime::LinuxResources::default());
+        .resources(default_resources()?);
     if let Some(path) = &opts.cgroups_path {
         linux = linux.cgroups_path(path.clone());
     }

@@ -88,6 +88,29 @@ fn seccomp_profile_from_the_spec_denies_syscalls() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The default spec denies every device but the runtime's short list: with CAP_MKNOD (in the
+/// default set) a container can make a node for a host device, and must still not open it.
+/// The device is the hardware RNG (10:183), which any root process may open: without the rule
+/// the open succeeds (or fails with ENODEV/ENXIO where there is none), never with EPERM.
+#[test]
+fn devices_outside_the_default_list_cannot_be_opened() -> anyhow::Result<()> {
+    if !can_run() {
+        return Ok(());
+    }
+    let mut fx = Fixture::new()?;
+    let script = "mknod /dev/rng c 10 183 && echo made; ( : </dev/rng ); head -c 3 /dev/zero | wc -c";
+    let spec = fx.spec("devs", script)?;
+    let (exit, log) = fx.run(&fx.native(), "devs", &spec)?;
+    assert_eq!(exit.code, 0, "{log:?}");
+    assert_eq!(stdout_of(&log), vec!["made", "3"], "{log:?}");
+    assert!(
+        log.iter().any(|(s, l)| s == "stderr" && l.contains("/dev/rng") && l.contains("Operation not permitted")),
+        "{log:?}"
+    );
+    fx.assert_clean();
+    Ok(())
+}
+
 fn with_resources(
     spec: &mut oci_spec::runtime::Spec,
     resources: oci_spec::runtime::LinuxResources,
