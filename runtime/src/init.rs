@@ -5,7 +5,7 @@
 //! exec (`nsenter`).
 
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ use oci_spec::runtime::{Capability, PosixRlimitType, Process, Spec};
 
 use crate::hooks::{self, Point};
 use crate::state::{State, Status};
-use crate::{namespaces, rootfs, seccomp};
+use crate::{cgroups, namespaces, rootfs, seccomp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -45,6 +45,10 @@ pub enum Error {
     Nul,
     #[error("failed to wait for start")]
     Start(#[source] std::io::Error),
+    #[error(transparent)]
+    Cgroups(#[from] cgroups::Error),
+    #[error("the shim did not make the container's cgroups")]
+    CgroupsNotReady,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -54,9 +58,48 @@ fn sys(op: impl Into<String>) -> impl FnOnce(nix::Error) -> Error {
     move |source| Error::Sys { op, source }
 }
 
+/// How the init enters its cgroups on a cgroup v1 host: the shim makes them and applies their
+/// limits while the init builds its rootfs, then writes `ok` to `ready` (if it cannot, it kills
+/// the init and reports why). The init moves itself in — the one migration the kernel does
+/// without its global threadgroup lock — as late as it can and still before anything that
+/// depends on it: hooks, a new cgroup namespace (rooted where its creator is), and dropping
+/// privileges.
+pub struct CgroupEntry {
+    pub ready: std::fs::File,
+    pub path: PathBuf,
+    /// Unshare a cgroup namespace once inside (the init was cloned without one).
+    pub new_namespace: bool,
+}
+
+/// A [`CgroupEntry`] with the hierarchies opened while the init still sees them.
+struct PendingCgroup {
+    entry: CgroupEntry,
+    hierarchies: cgroups::Hierarchies,
+}
+
+/// Enters the cgroups of `pending`, once; nothing when already done or there are none.
+fn enter_cgroups(pending: &mut Option<PendingCgroup>) -> Result<()> {
+    let Some(PendingCgroup { entry, hierarchies }) = pending.take() else {
+        return Ok(());
+    };
+    let mut line = String::new();
+    std::io::BufReader::new(&entry.ready).read_line(&mut line).map_err(Error::Sync)?;
+    if line.trim_end() != "ok" {
+        return Err(Error::CgroupsNotReady);
+    }
+    hierarchies.enter(&entry.path)?;
+    if entry.new_namespace {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).map_err(sys("create a cgroup namespace"))?;
+    }
+    Ok(())
+}
+
 /// Everything the child needs, prepared by the shim before clone.
 pub struct Context<'a> {
     pub spec: &'a Spec,
+    /// `None` without a cgroup, or on cgroup v2, where the shim moves the init in before it
+    /// starts.
+    pub cgroup: Option<CgroupEntry>,
     pub rootfs: rootfs::Source<'a>,
     pub plan: &'a namespaces::Plan,
     /// The read end of the stdin fifo; `None`: /dev/null.
@@ -109,6 +152,13 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     let process = spec.process().as_ref().ok_or(Error::NotFound(String::new()))?;
     crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;
     namespaces::join(&ctx.plan.join_in_child)?;
+    let mut cgroup = match ctx.cgroup.take() {
+        Some(entry) => Some(PendingCgroup { hierarchies: cgroups::Hierarchies::open()?, entry }),
+        None => None,
+    };
+    if cgroup.as_ref().is_some_and(|c| c.entry.new_namespace) {
+        enter_cgroups(&mut cgroup)?;
+    }
 
     let devnull = std::fs::File::open("/dev/null").map_err(Error::Start)?;
     let propagation = match spec.linux().as_ref().and_then(|l| l.rootfs_propagation().as_deref()) {
@@ -129,6 +179,7 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
         rootfs::populate_dev(&root)?;
     }
     if hooks::any(ctx.hooks, &[Point::Prestart, Point::CreateRuntime, Point::CreateContainer]) {
+        enter_cgroups(&mut cgroup)?;
         parent.runtime_hooks().map_err(Error::Sync)?;
     }
     hooks::run_all(ctx.hooks, Point::CreateContainer, &state(&ctx.hook_state, Status::Creating), Some(&root))?;
@@ -140,7 +191,9 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
             nix::unistd::sethostname(h).map_err(sys("set hostname"))?;
         }
     }
-    let prepared = apply_process(spec, process)?;
+    let hardening = prepare_process(spec, process)?;
+    enter_cgroups(&mut cgroup)?;
+    let prepared = hardening.apply()?;
 
     let slave = match &ctx.terminal {
         Some(sock) => {
@@ -201,37 +254,57 @@ impl Prepared {
     }
 }
 
-/// The hardening a process spec asks for, applied to the calling process, in the order runc
-/// applies it: rlimits, seccomp (before dropping capabilities unless no_new_privs lets an
-/// unprivileged process load it), cwd, user and groups, capabilities, no_new_privs. Used by the
-/// container init and by every process exec'd into the container, so both get the same.
-pub fn apply_process(spec: &Spec, process: &Process) -> Result<Prepared> {
-    for rl in process.rlimits().iter().flatten() {
-        setrlimit(resource(rl.typ()), rl.soft(), rl.hard()).map_err(sys(format!("set rlimit {}", rl.typ())))?;
-    }
+/// The hardening a process spec asks for, resolved but not yet applied: the executable found in
+/// the current root, argv, envp, and the compiled seccomp filter. Preparing changes nothing
+/// about the process, so the init does it while its cgroups are still being made.
+pub struct Hardening<'a> {
+    process: &'a Process,
+    prepared: Prepared,
+    filter: Option<libseccomp::ScmpFilterContext>,
+}
+
+pub fn prepare_process<'a>(spec: &Spec, process: &'a Process) -> Result<Hardening<'a>> {
     let exe = find_executable(process)?;
     let args = cstrings(process.args().iter().flatten())?;
     let env = cstrings(process.env().iter().flatten())?;
-
     let filter = match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
         Some(profile) => Some(seccomp::compile(profile)?),
         None => None,
     };
-    let nnp = process.no_new_privileges().unwrap_or(false);
-    // Without no_new_privs, loading a filter needs CAP_SYS_ADMIN: do it before dropping caps.
-    if let (Some(f), false) = (&filter, nnp) {
-        seccomp::load(f)?;
+    Ok(Hardening { process, prepared: Prepared { exe, args, env }, filter })
+}
+
+impl Hardening<'_> {
+    /// Applies it to the calling process in the order runc does: rlimits, seccomp (before
+    /// dropping capabilities unless no_new_privs lets an unprivileged process load it), cwd,
+    /// user and groups, capabilities, no_new_privs.
+    pub fn apply(self) -> Result<Prepared> {
+        let process = self.process;
+        for rl in process.rlimits().iter().flatten() {
+            setrlimit(resource(rl.typ()), rl.soft(), rl.hard()).map_err(sys(format!("set rlimit {}", rl.typ())))?;
+        }
+        let nnp = process.no_new_privileges().unwrap_or(false);
+        // Without no_new_privs, loading a filter needs CAP_SYS_ADMIN: do it before dropping caps.
+        if let (Some(f), false) = (&self.filter, nnp) {
+            seccomp::load(f)?;
+        }
+        let cwd = PathBuf::from(process.cwd());
+        nix::unistd::chdir(&cwd).map_err(sys(format!("chdir to {}", cwd.display())))?;
+        set_user_and_caps(process)?;
+        if nnp {
+            nix::sys::prctl::set_no_new_privs().map_err(sys("set no_new_privs"))?;
+        }
+        if let (Some(f), true) = (&self.filter, nnp) {
+            seccomp::load(f)?;
+        }
+        Ok(self.prepared)
     }
-    let cwd = PathBuf::from(process.cwd());
-    nix::unistd::chdir(&cwd).map_err(sys(format!("chdir to {}", cwd.display())))?;
-    set_user_and_caps(process)?;
-    if nnp {
-        nix::sys::prctl::set_no_new_privs().map_err(sys("set no_new_privs"))?;
-    }
-    if let (Some(f), true) = (&filter, nnp) {
-        seccomp::load(f)?;
-    }
-    Ok(Prepared { exe, args, env })
+}
+
+/// The hardening of [`Hardening`], prepared and applied at once. Used by the container init and
+/// by every process exec'd into the container, so both get the same.
+pub fn apply_process(spec: &Spec, process: &Process) -> Result<Prepared> {
+    prepare_process(spec, process)?.apply()
 }
 
 fn cstrings<'a>(items: impl Iterator<Item = &'a String>) -> Result<Vec<CString>> {

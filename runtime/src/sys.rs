@@ -53,6 +53,18 @@ pub fn fork() -> Result<Forked, Errno> {
     }
 }
 
+/// `openat(2)` relative to `dir`, close-on-exec.
+pub fn openat(dir: BorrowedFd<'_>, path: &std::path::Path, flags: nix::fcntl::OFlag) -> Result<OwnedFd, Errno> {
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        path,
+        flags | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: openat(2) just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// `pidfd_open(2)`: a file descriptor that becomes readable when `pid` exits.
 pub fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
     // SAFETY: plain syscall with integer arguments; the result is checked before use.
