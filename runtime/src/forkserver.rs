@@ -54,6 +54,7 @@ fn serve(control: OwnedFd) -> i32 {
         return 1;
     }
     crate::cgroups::warm_up();
+    crate::seccomp::warm_up();
     let mut buf = vec![0u8; MAX_REQUEST];
     loop {
         let (n, reply) = match sys::recv_with_fd(control.as_fd(), &mut buf) {

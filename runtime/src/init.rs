@@ -260,7 +260,7 @@ impl Prepared {
 pub struct Hardening<'a> {
     process: &'a Process,
     prepared: Prepared,
-    filter: Option<libseccomp::ScmpFilterContext>,
+    filter: Option<std::borrow::Cow<'static, seccomp::Filter>>,
 }
 
 pub fn prepare_process<'a>(spec: &Spec, process: &'a Process) -> Result<Hardening<'a>> {
@@ -268,7 +268,7 @@ pub fn prepare_process<'a>(spec: &Spec, process: &'a Process) -> Result<Hardenin
     let args = cstrings(process.args().iter().flatten())?;
     let env = cstrings(process.env().iter().flatten())?;
     let filter = match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
-        Some(profile) => Some(seccomp::compile(profile)?),
+        Some(profile) => Some(seccomp::filter_for(profile)?),
         None => None,
     };
     Ok(Hardening { process, prepared: Prepared { exe, args, env }, filter })

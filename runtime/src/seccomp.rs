@@ -16,6 +16,10 @@ pub enum Error {
         #[source]
         source: libseccomp::error::SeccompError,
     },
+    #[error("failed to read the generated seccomp filter")]
+    Export(#[source] std::io::Error),
+    #[error("failed to load seccomp filter")]
+    Load(#[source] std::io::Error),
     #[error("failed to add seccomp rule for {name}")]
     Rule {
         name: String,
@@ -137,8 +141,53 @@ fn compare(op: LinuxSeccompOperator, value_two: Option<u64>) -> ScmpCompareOp {
     }
 }
 
-/// Compiles the profile. Syscall names unknown on this architecture are skipped, as runc does.
-pub fn compile(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
+/// A compiled filter: the BPF program libseccomp generated for a profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// `struct sock_filter` instructions, 8 bytes each, in host byte order.
+    bpf: Vec<u8>,
+}
+
+/// Compiles the profile into BPF. Syscall names unknown on this architecture are skipped, as
+/// runc does.
+pub fn compile(profile: &LinuxSeccomp) -> Result<Filter> {
+    let ctx = context(profile)?;
+    // libseccomp 2.5 (Debian 12) exports to a file descriptor only.
+    let memfd = nix::sys::memfd::memfd_create(c"kaji-seccomp", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
+        .map_err(|e| Error::Export(e.into()))?;
+    ctx.export_bpf(&memfd).map_err(|source| Error::Filter { op: "generate", source })?;
+    let mut file = std::fs::File::from(memfd);
+    let mut bpf = Vec::new();
+    std::io::Seek::rewind(&mut file)
+        .and_then(|()| std::io::Read::read_to_end(&mut file, &mut bpf))
+        .map_err(Error::Export)?;
+    Ok(Filter { bpf })
+}
+
+/// The default profile and its filter, compiled once per process by [`warm_up`].
+static DEFAULT: std::sync::OnceLock<(LinuxSeccomp, Filter)> = std::sync::OnceLock::new();
+
+/// Compiles the default profile once, in the fork server, so that every shim it forks — and the
+/// container init each clones — inherits the program instead of compiling it again: building
+/// libseccomp's rules and generating the BPF took 0.2–0.35 ms of each container's setup here.
+pub fn warm_up() {
+    let profile = default_profile();
+    if let Ok(filter) = compile(&profile) {
+        let _ = DEFAULT.set((profile, filter));
+    }
+}
+
+/// The filter for `profile`: the one [`warm_up`] compiled when the profile is the default,
+/// compiled now otherwise.
+pub fn filter_for(profile: &LinuxSeccomp) -> Result<std::borrow::Cow<'static, Filter>> {
+    match DEFAULT.get() {
+        Some((default, filter)) if default == profile => Ok(std::borrow::Cow::Borrowed(filter)),
+        _ => compile(profile).map(std::borrow::Cow::Owned),
+    }
+}
+
+/// Builds libseccomp's filter context for the profile.
+fn context(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
     let default = action(profile.default_action(), profile.default_errno_ret())?;
     let mut ctx = ScmpFilterContext::new(default).map_err(|source| Error::Filter { op: "create", source })?;
     for a in profile.architectures().iter().flatten().filter_map(|a| arch(*a)) {
@@ -172,9 +221,11 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
     Ok(ctx)
 }
 
-/// Loads a compiled filter into the calling process (inherited across exec).
-pub fn load(ctx: &ScmpFilterContext) -> Result<()> {
-    ctx.load().map_err(|source| Error::Filter { op: "load", source })
+/// Loads a compiled filter into the calling thread (inherited across exec) as libseccomp's own
+/// load does with the attributes [`context`] sets (no flags): `seccomp(SECCOMP_SET_MODE_FILTER,
+/// 0, prog)`. Without no_new_privs this needs CAP_SYS_ADMIN.
+pub fn load(filter: &Filter) -> Result<()> {
+    crate::sys::load_seccomp_filter(&filter.bpf).map_err(|e| Error::Load(e.into()))
 }
 
 #[cfg(test)]
@@ -194,6 +245,18 @@ mod tests {
         );
         profile.set_syscalls(Some(rules));
         compile(&profile).expect("compiles");
+    }
+
+    #[test]
+    fn the_default_filter_compiled_once_is_the_one_compiled_now() {
+        warm_up();
+        let profile = default_profile();
+        let cached = filter_for(&profile).expect("compiles");
+        assert!(matches!(cached, std::borrow::Cow::Borrowed(_)));
+        assert_eq!(*cached, compile(&profile).expect("compiles"));
+        let mut other = default_profile();
+        other.set_default_action(LinuxSeccompAction::ScmpActErrno);
+        assert!(matches!(filter_for(&other).expect("compiles"), std::borrow::Cow::Owned(_)));
     }
 
     #[test]

@@ -65,6 +65,32 @@ pub fn openat(dir: BorrowedFd<'_>, path: &std::path::Path, flags: nix::fcntl::OF
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)` with `bpf`, an array of `struct sock_filter`.
+pub fn load_seccomp_filter(bpf: &[u8]) -> Result<(), Errno> {
+    let size = std::mem::size_of::<libc::sock_filter>();
+    if bpf.is_empty() || !bpf.len().is_multiple_of(size) || bpf.len() / size > usize::from(u16::MAX) {
+        return Err(Errno::EINVAL);
+    }
+    // Copied into properly aligned instructions: the bytes come from a Vec<u8>.
+    let program: Vec<libc::sock_filter> = bpf
+        .chunks_exact(size)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr().cast_mut() };
+    // SAFETY: `prog` points at `program`, which outlives the call; the kernel copies it.
+    let ret =
+        unsafe { libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog as *const libc::sock_fprog) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
 /// `pidfd_open(2)`: a file descriptor that becomes readable when `pid` exits.
 pub fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
     // SAFETY: plain syscall with integer arguments; the result is checked before use.
