@@ -278,7 +278,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
     let lim = |n: &str| res.and_then(|r| r.limits.as_ref()).and_then(|l| l.get(n)).map(|q| q.0.clone());
     let req = |n: &str| res.and_then(|r| r.requests.as_ref()).and_then(|l| l.get(n)).map(|q| q.0.clone());
     // Devices: none but the runtime's defaults (null, zero, random, tty, pts...), as
-    // containerd gives a pod's containers; a privileged container gets them all.
+    // containerd gives a pod's containers; a privileged container gets them all. (Enforced on
+    // cgroup v1/hybrid nodes; see kaji_runtime::spec's default_resources for v2.)
     let mut resources = json!({"devices": [{"allow": privileged, "access": "rwm"}]});
     if let Some(m) = lim("memory") {
         let bytes = crate::node::parse_bytes(&m).ok_or_else(|| format!("invalid memory limit {m:?}"))?;

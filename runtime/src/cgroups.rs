@@ -45,6 +45,13 @@ pub enum Error {
     },
     #[error(transparent)]
     Write(Box<libcgroups::common::WrappedIoError>),
+    #[error("failed to {op} {path}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cgroup {0} does not exist in any hierarchy")]
     Missing(PathBuf),
 }
@@ -191,7 +198,7 @@ pub fn v1_mounts() -> Result<&'static [V1Mount]> {
         return Ok(m);
     }
     let path = Path::new("/proc/self/mountinfo");
-    let mounts = parse_v1_mounts(&std::fs::read_to_string(path).map_err(io_err(path))?);
+    let mounts = parse_v1_mounts(&std::fs::read_to_string(path).map_err(io_err("read", path))?);
     Ok(MOUNTS.get_or_init(|| mounts))
 }
 
@@ -222,17 +229,8 @@ pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
     mounts
 }
 
-/// Pure: this process's cgroup in the v1 hierarchy that has `controller`, from /proc/self/cgroup.
-pub fn parse_own_cgroup<'a>(proc_cgroup: &'a str, controller: &str) -> Option<&'a str> {
-    proc_cgroup.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
-        list.split(',').any(|c| c == controller).then_some(path)
-    })
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Join { pid: 0, path: path.to_path_buf(), source }
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io { op, path: path.to_path_buf(), source }
 }
 
 /// Whether containers get v1 cgroups here (a cgroup v1 or hybrid host with at least one v1
@@ -303,7 +301,7 @@ pub fn apply_v1_direct(path: &Path, resources: &LinuxResources) -> Result<bool> 
         match memory.swap() {
             Some(swap) => {
                 let current: i64 = std::fs::read_to_string(memory_dir.join("memory.limit_in_bytes"))
-                    .map_err(io_err(&memory_dir))?
+                    .map_err(io_err("read the memory limit in", &memory_dir))?
                     .trim()
                     .parse()
                     .unwrap_or(i64::MAX);
@@ -391,7 +389,7 @@ impl Hierarchies {
                     .read(true)
                     .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
                     .open(&m.mount_point)
-                    .map_err(io_err(&m.mount_point))?;
+                    .map_err(io_err("open the cgroup hierarchy", &m.mount_point))?;
                 Ok((OwnedFd::from(dir), m.mount_point.clone()))
             })
             .collect::<Result<_>>()?;
@@ -405,7 +403,8 @@ impl Hierarchies {
     pub fn enter(&self, path: &Path) -> Result<()> {
         let tasks = path.strip_prefix("/").unwrap_or(path).join("tasks");
         for (dir, mount) in &self.dirs {
-            let err = |e: nix::Error| Error::Join { pid: 0, path: mount.join(&tasks), source: e.into() };
+            let err =
+                |e: nix::Error| Error::Io { op: "move into the cgroup of", path: mount.join(&tasks), source: e.into() };
             let file = crate::sys::openat(dir.as_fd(), &tasks, OFlag::O_WRONLY).map_err(err)?;
             nix::unistd::write(&file, b"0").map_err(err)?;
         }
@@ -437,20 +436,20 @@ fn mkdir_p(mount: &Path, dir: &Path) -> Result<()> {
     match made(std::fs::create_dir(dir)) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir != mount => {
             mkdir_p(mount, dir.parent().unwrap_or(mount))?;
-            made(std::fs::create_dir(dir)).map_err(io_err(dir))
+            made(std::fs::create_dir(dir)).map_err(io_err("create cgroup", dir))
         }
-        other => other.map_err(io_err(dir)),
+        other => other.map_err(io_err("create cgroup", dir)),
     }
 }
 
 /// `dir`'s value of a cpuset `file`, copied from the nearest ancestor that has one when empty.
 fn fill_cpuset(mount: &Path, dir: &Path, file: &str) -> Result<String> {
-    let own = std::fs::read_to_string(dir.join(file)).map_err(io_err(dir))?;
+    let own = std::fs::read_to_string(dir.join(file)).map_err(io_err("read the cpuset of", dir))?;
     if !own.trim().is_empty() || dir == mount {
         return Ok(own.trim().to_string());
     }
     let value = fill_cpuset(mount, dir.parent().unwrap_or(mount), file)?;
-    std::fs::write(dir.join(file), &value).map_err(io_err(dir))?;
+    std::fs::write(dir.join(file), &value).map_err(io_err("set the cpuset of", dir))?;
     Ok(value)
 }
 
@@ -538,14 +537,6 @@ mod tests {
                 mount("/sys/fs/cgroup/memory", "/docker/abc", &["memory"]),
             ]
         );
-    }
-
-    #[test]
-    fn finds_own_cgroup_per_controller() {
-        let own = "9:name=systemd:/\n4:memory:/a/b\n2:cpu,cpuacct:/c\n0::/\n";
-        assert_eq!(parse_own_cgroup(own, "memory"), Some("/a/b"));
-        assert_eq!(parse_own_cgroup(own, "cpuacct"), Some("/c"));
-        assert_eq!(parse_own_cgroup(own, "pids"), None);
     }
 
     /// A level another shim created but has not filled yet (empty cpus and mems) must not be

@@ -258,14 +258,10 @@ impl Common {
         if let Some(p) = &record.cgroups_path {
             cgroups::remove(p)?;
         }
-        // Without the exit record, the shim may still be writing it: wait for the shim to end.
-        // With it, the shim writes nothing more here (it only lets go of the container's mounts
-        // and exits), so the state can go at once.
+        // The shim may still be writing exit.json, and lets go of the container's mounts after
+        // it (see `shim::hold_mounts`): wait for it to end, so nothing of the container is left
+        // when delete returns.
         let dir = self.dir(id)?;
-        if dir.exit().exists() {
-            dir.remove()?;
-            return Ok(());
-        }
         if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(record.shim_pid)) {
             let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
             let _ = nix::poll::poll(&mut fds, PollTimeout::from(5000u16));

@@ -63,12 +63,12 @@ fn sys(op: impl Into<String>) -> impl FnOnce(nix::Error) -> Error {
 /// the init and reports why). The init moves itself in — the one migration the kernel does
 /// without its global threadgroup lock — as late as it can and still before anything that
 /// depends on it: hooks, a new cgroup namespace (rooted where its creator is), and dropping
-/// privileges.
+/// privileges. The trade-off: what the init's setup allocates in the kernel (its mounts, the
+/// pages of /dev's tmpfs) is charged to the shim's cgroup, not the container's, as it would be
+/// for the part of runc's setup before its parent moves the init in.
 pub struct CgroupEntry {
     pub ready: std::fs::File,
     pub path: PathBuf,
-    /// Unshare a cgroup namespace once inside (the init was cloned without one).
-    pub new_namespace: bool,
 }
 
 /// A [`CgroupEntry`] with the hierarchies opened while the init still sees them.
@@ -88,9 +88,6 @@ fn enter_cgroups(pending: &mut Option<PendingCgroup>) -> Result<()> {
         return Err(Error::CgroupsNotReady);
     }
     hierarchies.enter(&entry.path)?;
-    if entry.new_namespace {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).map_err(sys("create a cgroup namespace"))?;
-    }
     Ok(())
 }
 
@@ -100,6 +97,9 @@ pub struct Context<'a> {
     /// `None` without a cgroup, or on cgroup v2, where the shim moves the init in before it
     /// starts.
     pub cgroup: Option<CgroupEntry>,
+    /// The spec asks for a new cgroup namespace, which the init makes once in its cgroups (it
+    /// was cloned without one).
+    pub new_cgroup_namespace: bool,
     pub rootfs: rootfs::Source<'a>,
     pub plan: &'a namespaces::Plan,
     /// The read end of the stdin fifo; `None`: /dev/null.
@@ -151,13 +151,17 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     let spec = ctx.spec;
     let process = spec.process().as_ref().ok_or(Error::NotFound(String::new()))?;
     crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;
+    // Nothing may ptrace or read /proc/<pid>/fd of the init while it holds host handles (as
+    // runc's init, since CVE-2016-9962); exec makes the container's process dumpable again.
+    nix::sys::prctl::set_dumpable(false).map_err(sys("make the init non-dumpable"))?;
     namespaces::join(&ctx.plan.join_in_child)?;
     let mut cgroup = match ctx.cgroup.take() {
         Some(entry) => Some(PendingCgroup { hierarchies: cgroups::Hierarchies::open()?, entry }),
         None => None,
     };
-    if cgroup.as_ref().is_some_and(|c| c.entry.new_namespace) {
+    if ctx.new_cgroup_namespace {
         enter_cgroups(&mut cgroup)?;
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).map_err(sys("create a cgroup namespace"))?;
     }
 
     let devnull = std::fs::File::open("/dev/null").map_err(Error::Start)?;

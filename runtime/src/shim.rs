@@ -193,7 +193,9 @@ fn exited_fifo(dir: &Dir) -> Option<File> {
 /// waits for an expedited RCU grace period (`namespace_unlock`) before the exiting process
 /// becomes a zombie — 0.3–0.5 ms between the container's exit and the shim seeing it, on this
 /// 2-core VM. Held by the shim until the exit is recorded, the wait moves after the waiters are
-/// told. `None` if it cannot be opened: the exit is then only that much slower.
+/// told, and overlaps `delete`'s cgroup removal (delete then waits for the shim to end, so no
+/// mount of the container outlives it). `None` if it cannot be opened: the exit is then only
+/// that much slower.
 fn hold_mounts(pid: Pid) -> Option<OwnedFd> {
     File::open(format!("/proc/{pid}/ns/mnt")).ok().map(OwnedFd::from)
 }
@@ -309,11 +311,12 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         true => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?),
         false => None,
     };
-    // A new cgroup namespace is rooted at the cgroup its creator is in: the init makes it once
-    // inside its cgroups instead of being cloned into it.
+    // A new cgroup namespace is rooted at the cgroup its creator is in, and the init enters
+    // (v1) or is moved into (v2) its cgroups after the clone: it makes the namespace itself,
+    // once inside.
     let mut clone_flags = plan.clone_flags;
-    let new_cgroup_namespace = v1 && clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWCGROUP);
-    if v1 {
+    let new_cgroup_namespace = cgroups_path.is_some() && clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWCGROUP);
+    if new_cgroup_namespace {
         clone_flags.remove(nix::sched::CloneFlags::CLONE_NEWCGROUP);
     }
 
@@ -325,11 +328,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             let cgroup = match (ready, &cgroups_path) {
                 (Some((r, w)), Some(path)) => {
                     drop(w);
-                    Some(init::CgroupEntry {
-                        ready: File::from(r),
-                        path: path.clone(),
-                        new_namespace: new_cgroup_namespace,
-                    })
+                    Some(init::CgroupEntry { ready: File::from(r), path: path.clone() })
                 }
                 _ => None,
             };
@@ -360,6 +359,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             let ctx = init::Context {
                 spec: &spec,
                 cgroup,
+                new_cgroup_namespace,
                 rootfs: source,
                 plan: &plan,
                 stdin,
@@ -463,7 +463,9 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             };
             let record =
                 Record { hooks: hooks.cloned(), ..record(args, pid, created, cgroups_path.clone(), "native", &spec) };
-            state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
+            if let Err(e) = state::write_json(&dir.record(), &record) {
+                return Err(fail(chain(&e)));
+            }
             let mounts = hold_mounts(pid);
             Ok(Launched { pid, stdout, stderr, cgroups_path, stdin: keeper, terminal, mounts })
         }

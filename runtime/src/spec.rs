@@ -165,7 +165,9 @@ pub fn default_capabilities() -> HashSet<Capability> {
 /// No device but the runtime's defaults (null, zero, full, random, urandom, tty, console, pts,
 /// ptmx, tun: the list libcgroups adds), as `runc spec` writes it: a new v1 devices cgroup
 /// otherwise inherits "a *:* rwm", and with CAP_MKNOD in the default set a container could make
-/// and open any of the host's devices.
+/// and open any of the host's devices. Enforced on cgroup v1 and hybrid hosts; on a pure v2
+/// host it needs libcgroups' eBPF device filter (its `cgroupsv2_devices` feature, which builds
+/// libbpf), not built yet.
 fn default_resources() -> Result<oci_spec::runtime::LinuxResources> {
     let deny_all = oci_spec::runtime::LinuxDeviceCgroupBuilder::default()
         .allow(false)
