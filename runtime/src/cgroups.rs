@@ -119,22 +119,56 @@ impl Cgroup {
 /// their own. The fd is close-on-exec, so no container process keeps it.
 pub fn warm_up() {
     let _ = libcgroups::v1::util::list_subsystem_mount_points();
+    let _ = layout();
     let _ = v1_mounts();
+}
+
+/// This host's cgroup layout. Fixed at boot, so detected once per process ([`warm_up`] does it
+/// in the fork server): every create, OOM check and removal asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Unified,
+    Legacy,
+    Hybrid,
+}
+
+fn layout() -> Result<Layout> {
+    static LAYOUT: std::sync::OnceLock<Layout> = std::sync::OnceLock::new();
+    if let Some(l) = LAYOUT.get() {
+        return Ok(*l);
+    }
+    let detected = match libcgroups::common::get_cgroup_setup().map_err(|e| Error::Detect(Box::new(e)))? {
+        CgroupSetup::Unified => Layout::Unified,
+        CgroupSetup::Legacy => Layout::Legacy,
+        CgroupSetup::Hybrid => Layout::Hybrid,
+    };
+    Ok(*LAYOUT.get_or_init(|| detected))
+}
+
+/// A cgroups path (OCI `cgroupsPath`) relative to each hierarchy's root.
+fn relative(path: &Path) -> &Path {
+    path.strip_prefix("/").unwrap_or(path)
+}
+
+/// The directory of the cgroup `path` in the v1 hierarchy that has `controller`, if mounted.
+fn v1_dir(controller: &str, path: &Path) -> Result<Option<PathBuf>> {
+    let mount = v1_mounts()?.iter().find(|m| m.controllers.iter().any(|c| c == controller));
+    Ok(mount.map(|m| m.mount_point.join(relative(path))))
 }
 
 /// The directories a cgroup path may occupy on this host: one per v1 hierarchy (including the
 /// named systemd one, which runc also joins), one on v2.
 pub fn directories(path: &Path) -> Result<Vec<PathBuf>> {
-    let rel = path.strip_prefix("/").unwrap_or(path);
-    match libcgroups::common::get_cgroup_setup().map_err(|e| Error::Detect(Box::new(e)))? {
-        CgroupSetup::Unified => Ok(vec![Path::new(ROOT).join(rel)]),
-        setup @ (CgroupSetup::Legacy | CgroupSetup::Hybrid) => {
+    let rel = relative(path);
+    match layout()? {
+        Layout::Unified => Ok(vec![Path::new(ROOT).join(rel)]),
+        layout @ (Layout::Legacy | Layout::Hybrid) => {
             let mut dirs: Vec<PathBuf> = libcgroups::v1::util::list_subsystem_mount_points()
                 .unwrap_or_default()
                 .into_iter()
                 .map(|m| m.join(rel))
                 .collect();
-            if matches!(setup, CgroupSetup::Hybrid) {
+            if layout == Layout::Hybrid {
                 dirs.push(Path::new(ROOT).join("unified").join(rel));
             }
             dirs.sort();
@@ -237,17 +271,25 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 /// controller hierarchy): then [`create_v1`] makes them and [`Hierarchies::enter`] moves the
 /// init in; on a pure v2 host, libcgroups' manager does both.
 pub fn is_v1() -> Result<bool> {
-    let setup = libcgroups::common::get_cgroup_setup().map_err(|e| Error::Detect(Box::new(e)))?;
-    Ok(!matches!(setup, CgroupSetup::Unified) && !v1_mounts()?.is_empty())
+    Ok(layout()? != Layout::Unified && !v1_mounts()?.is_empty())
 }
 
 /// Creates the cgroup `path` in every v1 controller hierarchy, leaving every process where it is.
 pub fn create_v1(path: &Path) -> Result<()> {
-    let rel = path.strip_prefix("/").unwrap_or(path);
+    let rel = relative(path);
     for m in v1_mounts()? {
         create(&m.mount_point, rel, m.controllers.iter().any(|c| c == "cpuset"))?;
     }
     Ok(())
+}
+
+/// Applies `resources` to the existing v1 cgroup `path` (see [`create_v1`]): directly when
+/// [`apply_v1_direct`] covers them, with libcgroups' manager otherwise.
+pub fn apply_v1(path: &Path, resources: &LinuxResources) -> Result<()> {
+    match apply_v1_direct(path, resources)? {
+        true => Ok(()),
+        false => Cgroup::new(path)?.apply(resources),
+    }
 }
 
 /// The limits kaji's own specs carry — memory limit (and swap), CPU shares, quota and period,
@@ -262,17 +304,12 @@ pub fn create_v1(path: &Path) -> Result<()> {
 /// opens, 24 of them — while the hierarchies are already known here ([`v1_mounts`]).
 /// `direct_v1_matches_libcgroups` in the tests applies the same resources both ways and
 /// compares every file.
-pub fn apply_v1_direct(path: &Path, resources: &LinuxResources) -> Result<bool> {
+fn apply_v1_direct(path: &Path, resources: &LinuxResources) -> Result<bool> {
     if !direct_v1_covers(resources) {
         return Ok(false);
     }
-    let rel = path.strip_prefix("/").unwrap_or(path);
-    let mounts = v1_mounts()?;
-    let dir = |controller: &str| {
-        mounts.iter().find(|m| m.controllers.iter().any(|c| c == controller)).map(|m| m.mount_point.join(rel))
-    };
     let (Some(cpu_dir), Some(devices_dir), Some(memory_dir), Some(pids_dir)) =
-        (dir("cpu"), dir("devices"), dir("memory"), dir("pids"))
+        (v1_dir("cpu", path)?, v1_dir("devices", path)?, v1_dir("memory", path)?, v1_dir("pids", path)?)
     else {
         return Ok(false);
     };
@@ -342,7 +379,7 @@ const DEFAULT_DEVICE_RULES: &[&str] = &[
 
 /// Pure: whether [`apply_v1_direct`] writes everything `resources` asks for. Memory: a positive
 /// limit, optionally swap; CPU: shares, quota, period; pids; devices. Nothing else.
-pub fn direct_v1_covers(r: &LinuxResources) -> bool {
+fn direct_v1_covers(r: &LinuxResources) -> bool {
     let cpu = r.cpu().as_ref().is_none_or(|c| {
         c.burst().is_none()
             && c.realtime_runtime().is_none()
@@ -401,7 +438,7 @@ impl Hierarchies {
     /// without its global threadgroup lock, whose RCU grace period otherwise costs 10 ms or
     /// more per container; the caller must be single-threaded (the init is).
     pub fn enter(&self, path: &Path) -> Result<()> {
-        let tasks = path.strip_prefix("/").unwrap_or(path).join("tasks");
+        let tasks = relative(path).join("tasks");
         for (dir, mount) in &self.dirs {
             let err =
                 |e: nix::Error| Error::Io { op: "move into the cgroup of", path: mount.join(&tasks), source: e.into() };
@@ -457,10 +494,10 @@ fn fill_cpuset(mount: &Path, dir: &Path, file: &str) -> Result<String> {
 /// hybrid hosts this reads mountinfo once (libcgroups' v1 manager reads it, and
 /// /proc/self/cgroup, once per controller on every construction); on v2 it is libcgroups'.
 pub fn remove(path: &Path) -> Result<()> {
-    if matches!(libcgroups::common::get_cgroup_setup().map_err(|e| Error::Detect(Box::new(e)))?, CgroupSetup::Unified) {
+    if layout()? == Layout::Unified {
         return Cgroup::new(path)?.remove();
     }
-    let rel = path.strip_prefix("/").unwrap_or(path);
+    let rel = relative(path);
     for m in v1_mounts()? {
         remove_dir(&m.mount_point.join(rel))?;
     }
@@ -495,15 +532,12 @@ pub fn remove_dir(dir: &Path) -> Result<()> {
 
 /// How many processes the kernel OOM killer killed in this cgroup (0 if unknown).
 pub fn oom_kills(path: &Path) -> u64 {
-    let rel = path.strip_prefix("/").unwrap_or(path);
-    let file = match libcgroups::common::get_cgroup_setup() {
-        Ok(CgroupSetup::Unified) => Path::new(ROOT).join(rel).join("memory.events"),
-        Ok(_) => {
-            match v1_mounts().ok().and_then(|ms| ms.iter().find(|m| m.controllers.iter().any(|c| c == "memory"))) {
-                Some(m) => m.mount_point.join(rel).join("memory.oom_control"),
-                None => return 0,
-            }
-        }
+    let file = match layout() {
+        Ok(Layout::Unified) => Path::new(ROOT).join(relative(path)).join("memory.events"),
+        Ok(_) => match v1_dir("memory", path) {
+            Ok(Some(dir)) => dir.join("memory.oom_control"),
+            _ => return 0,
+        },
         Err(_) => return 0,
     };
     std::fs::read_to_string(file).map(|text| parse_oom_kill(&text)).unwrap_or(0)
@@ -650,14 +684,10 @@ mod tests {
             ("devices", "devices.list"),
         ];
         let read = |path: &Path| -> anyhow::Result<Vec<String>> {
-            let rel = path.strip_prefix("/")?;
             let mut out = Vec::new();
             for (controller, file) in files {
-                let mount = v1_mounts()?
-                    .iter()
-                    .find(|m| m.controllers.iter().any(|c| c == controller))
-                    .ok_or_else(|| anyhow::anyhow!("no {controller} hierarchy"))?;
-                out.push(format!("{file}: {}", std::fs::read_to_string(mount.mount_point.join(rel).join(file))?));
+                let dir = v1_dir(controller, path)?.ok_or_else(|| anyhow::anyhow!("no {controller} hierarchy"))?;
+                out.push(format!("{file}: {}", std::fs::read_to_string(dir.join(file))?));
             }
             Ok(out)
         };

@@ -411,7 +411,7 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
                 // An init that fails first says why on `rep`, read below: a write to it that
                 // fails here is not the error to report.
                 let _ = go.write_all(b"g");
-                if let Err(e) = cgroups::create_v1(p).and_then(|()| apply_v1(p, resources)) {
+                if let Err(e) = cgroups::create_v1(p).and_then(|()| cgroups::apply_v1(p, resources)) {
                     return Err(fail(chain(&e)));
                 }
                 let _ = ready.write_all(b"ok\n");
@@ -469,15 +469,6 @@ fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
             let mounts = hold_mounts(pid);
             Ok(Launched { pid, stdout, stderr, cgroups_path, stdin: keeper, terminal, mounts })
         }
-    }
-}
-
-/// A v1 cgroup's limits: written directly when [`cgroups::apply_v1_direct`] covers them, by
-/// libcgroups' manager otherwise.
-fn apply_v1(path: &Path, resources: &oci_spec::runtime::LinuxResources) -> Result<(), cgroups::Error> {
-    match cgroups::apply_v1_direct(path, resources)? {
-        true => Ok(()),
-        false => Cgroup::new(path)?.apply(resources),
     }
 }
 

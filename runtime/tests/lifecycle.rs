@@ -88,21 +88,13 @@ fn joins_a_network_namespace_by_path() -> anyhow::Result<()> {
     let path = std::path::PathBuf::from(format!("/run/netns/{name}"));
     let inode = std::fs::metadata(&path)?.ino();
     let mut spec = fx.spec("netns", "readlink /proc/self/ns/net")?;
-    let mut linux = spec.linux().clone().ok_or_else(|| anyhow::anyhow!("no linux"))?;
-    let namespaces = linux
-        .namespaces()
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|mut n| {
+    common::edit_linux(&mut spec, |linux| {
+        for n in linux.namespaces_mut().iter_mut().flatten() {
             if n.typ() == oci_spec::runtime::LinuxNamespaceType::Network {
                 n.set_path(Some(path.clone()));
             }
-            n
-        })
-        .collect();
-    linux.set_namespaces(Some(namespaces));
-    spec.set_linux(Some(linux));
+        }
+    })?;
     let (exit, log) = fx.run(&fx.native(), "netns", &spec)?;
     assert_eq!(exit.code, 0, "{log:?}");
     assert_eq!(stdout_of(&log), vec![format!("net:[{inode}]")]);

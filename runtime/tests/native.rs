@@ -68,7 +68,6 @@ fn seccomp_profile_from_the_spec_denies_syscalls() -> anyhow::Result<()> {
     use oci_spec::runtime::{LinuxSeccompAction, LinuxSyscallBuilder};
     let mut fx = Fixture::new()?;
     let mut spec = fx.spec("seccomp", "mkdir /tmp/d && echo made; echo after")?;
-    let mut linux = spec.linux().clone().ok_or_else(|| anyhow::anyhow!("no linux"))?;
     let mut profile = kaji_runtime::seccomp::default_profile();
     let mut rules = profile.syscalls().clone().unwrap_or_default();
     rules.push(
@@ -79,8 +78,9 @@ fn seccomp_profile_from_the_spec_denies_syscalls() -> anyhow::Result<()> {
             .build()?,
     );
     profile.set_syscalls(Some(rules));
-    linux.set_seccomp(Some(profile));
-    spec.set_linux(Some(linux));
+    common::edit_linux(&mut spec, |linux| {
+        linux.set_seccomp(Some(profile));
+    })?;
     let (_, log) = fx.run(&fx.native(), "seccomp", &spec)?;
     assert_eq!(stdout_of(&log), vec!["after"], "{log:?}");
     assert!(log.iter().any(|(s, l)| s == "stderr" && l.contains("not supported")), "{log:?}");
@@ -97,15 +97,12 @@ fn a_new_cgroup_namespace_is_rooted_at_the_containers_cgroups() -> anyhow::Resul
     }
     let mut fx = Fixture::new()?;
     let mut spec = fx.spec("cgns", "cat /proc/self/cgroup")?;
-    let mut linux = spec.linux().clone().ok_or_else(|| anyhow::anyhow!("no linux"))?;
-    let mut namespaces = linux.namespaces().clone().unwrap_or_default();
-    namespaces.push(
-        oci_spec::runtime::LinuxNamespaceBuilder::default()
-            .typ(oci_spec::runtime::LinuxNamespaceType::Cgroup)
-            .build()?,
-    );
-    linux.set_namespaces(Some(namespaces));
-    spec.set_linux(Some(linux));
+    let cgroup = oci_spec::runtime::LinuxNamespaceBuilder::default()
+        .typ(oci_spec::runtime::LinuxNamespaceType::Cgroup)
+        .build()?;
+    common::edit_linux(&mut spec, |linux| {
+        linux.namespaces_mut().get_or_insert_with(Vec::new).push(cgroup);
+    })?;
     let (exit, log) = fx.run(&fx.native(), "cgns", &spec)?;
     assert_eq!(exit.code, 0, "{log:?}");
     let lines = stdout_of(&log);
@@ -149,10 +146,9 @@ fn with_resources(
     spec: &mut oci_spec::runtime::Spec,
     resources: oci_spec::runtime::LinuxResources,
 ) -> anyhow::Result<()> {
-    let mut linux = spec.linux().clone().ok_or_else(|| anyhow::anyhow!("no linux"))?;
-    linux.set_resources(Some(resources));
-    spec.set_linux(Some(linux));
-    Ok(())
+    common::edit_linux(spec, |linux| {
+        linux.set_resources(Some(resources));
+    })
 }
 
 #[test]

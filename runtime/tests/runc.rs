@@ -55,9 +55,9 @@ fn native_and_runc_give_the_same_observable_container() -> anyhow::Result<()> {
             .cpu(LinuxCpuBuilder::default().quota(20_000i64).period(100_000u64).build()?)
             .memory(LinuxMemoryBuilder::default().limit(48 << 20).build()?)
             .build()?;
-        let mut linux = spec.linux().clone().ok_or_else(|| anyhow::anyhow!("no linux"))?;
-        linux.set_resources(Some(resources));
-        spec.set_linux(Some(linux));
+        common::edit_linux(&mut spec, |linux| {
+            linux.set_resources(Some(resources));
+        })?;
         let bundle = fx.bundle(id, &spec)?;
         let log = fx.log_path(id);
         fx.created.push(id.to_string());

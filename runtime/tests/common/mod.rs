@@ -9,6 +9,12 @@ use kaji_runtime::spec::{default_spec, SpecOptions};
 use kaji_runtime::{ContainerRuntime, CreateOptions, Exit, Native, Runc};
 use oci_spec::runtime::Spec;
 
+/// Changes a spec's `linux` section in place.
+pub fn edit_linux(spec: &mut Spec, edit: impl FnOnce(&mut oci_spec::runtime::Linux)) -> anyhow::Result<()> {
+    edit(spec.linux_mut().as_mut().ok_or_else(|| anyhow::anyhow!("spec has no linux section"))?);
+    Ok(())
+}
+
 pub const HELPER: &str = env!("CARGO_BIN_EXE_kaji-runtime");
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
