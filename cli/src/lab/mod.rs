@@ -27,6 +27,7 @@
 //!   no namespace, cgroup, mount or process of the lab is left.
 
 mod demo;
+mod deps;
 mod down;
 mod forward;
 mod image;
@@ -64,6 +65,9 @@ pub enum LabCommand {
         /// Do not apply the demo workload.
         #[arg(long)]
         no_demo: bool,
+        /// Do not install missing packages (apt); say what is missing and how to install it.
+        #[arg(long)]
+        no_install: bool,
     },
     /// Show each component and node of the lab, and whether the API answers.
     Status {
@@ -127,7 +131,9 @@ pub enum ImageVerb {
 
 pub async fn run(cmd: LabCommand) -> Result<()> {
     match cmd {
-        LabCommand::Up { dir, port, nodes, no_demo } => up::up(Lab { dir, port, nodes }, !no_demo).await,
+        LabCommand::Up { dir, port, nodes, no_demo, no_install } => {
+            up::up(Lab { dir, port, nodes }, !no_demo, !no_install).await
+        }
         LabCommand::Status { dir } => status::status(&State::load(&dir)?).await,
         LabCommand::Logs { component, dir, follow } => status::logs(&State::load(&dir)?, &component, follow).await,
         LabCommand::Restart { component, dir } => up::restart(&State::load(&dir)?, &component),

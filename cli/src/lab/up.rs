@@ -2,13 +2,18 @@
 //! nodes, demo — one progress line per step.
 
 use super::topology::{Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY};
-use super::{demo, image, net, procs, registry, step, State};
+use super::{demo, deps, image, net, procs, registry, step, State};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
-pub async fn up(lab: Lab, with_demo: bool) -> Result<()> {
+pub async fn up(lab: Lab, with_demo: bool, install: bool) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("kaji lab needs root: it creates network namespaces, cgroups and mounts (sudo kaji lab up)");
+    }
+    // Outside a progress step: the installer prints one line per package it installs.
+    deps::ensure(install)?;
     step("checking what the lab needs", async { preflight(&lab) }).await?;
     std::fs::create_dir_all(&lab.dir).with_context(|| format!("cannot create {}", lab.dir.display()))?;
     // Absolute, so the leftover check recognises mounts and command lines below it.
