@@ -72,6 +72,13 @@ if [ ${#missing_apt[@]} -gt 0 ]; then
     for n in "${names[@]}"; do apt-get install -y -qq --no-install-recommends "$n" >/dev/null; done
   fi
 fi
+if [ ${#missing_pip[@]} -gt 0 ] && ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "installing python3-pip: pip, to install the Python packages below"
+  command -v apt-get >/dev/null || { echo "scripts/deps.sh: no pip and no apt-get here; install pip by hand" >&2; exit 1; }
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+fi
 for m in "${missing_pip[@]}"; do
   [ -n "$m" ] || continue
   echo "installing ${m%%|*} (pip): ${m#*|}"
