@@ -377,3 +377,19 @@ fn metrics_and_health_endpoints_answer() {
         send(&s, "POST", "/api/v1/namespaces/default/configmaps", &json!("not an object"), "application/json");
     assert_eq!(code, 400, "{body}");
 }
+
+#[test]
+fn paths_are_served_with_a_trailing_slash_like_kubernetes() {
+    let (_d, s) = setup();
+    let (code, v) = get(&s, "/version/");
+    assert_eq!((code, v["minor"].as_str()), (200, Some("32")), "{v}");
+    assert!(v["gitVersion"].as_str().is_some_and(|g| g.starts_with("v1.32.")), "{v}");
+    assert_eq!(post(&s, "/api/v1/namespaces/default/configmaps/", &cm("slash", json!({}))).0, 201);
+    let (code, list) = get(&s, "/api/v1/namespaces/default/configmaps/");
+    assert_eq!((code, list["kind"].as_str()), (200, Some("ConfigMapList")), "{list}");
+    let (code, one) = get(&s, "/api/v1/namespaces/default/configmaps/slash/");
+    assert_eq!((code, one["metadata"]["name"].as_str()), (200, Some("slash")), "{one}");
+    for p in ["/api/", "/apis/", "/api/v1/", "/apis/apps/v1/"] {
+        assert_eq!(get(&s, p).0, 200, "{p}");
+    }
+}

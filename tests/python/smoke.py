@@ -203,7 +203,15 @@ def every_served_list_decodes_into_typed_models(core, apps):
     assert kubernetes_service.spec.cluster_ip, "the kubernetes Service has a cluster IP"
 
 
+def reads_the_server_version(core, apps):
+    """VersionApi asks for /version/ (with the slash), as the real apiserver serves it."""
+    info = client.VersionApi(core.api_client).get_code()
+    assert info.major == "1" and info.minor == "32", f"version: {info}"
+    assert info.git_version.startswith("v1.32."), f"gitVersion: {info.git_version}"
+
+
 CHECKS = [
+    reads_the_server_version,
     creates_and_reads_back_a_pod_and_a_config_map,
     lists_only_pods_matching_the_label_selector,
     watch_sees_a_change_made_while_watching,

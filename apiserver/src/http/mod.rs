@@ -49,7 +49,11 @@ pub type Shared = Arc<AppState>;
 
 pub fn router(state: Shared) -> Router {
     Router::new()
-        .route("/version", get(|| async { json_response(200, &discovery::version()) }))
+        // Like go-restful, every route under /version, /api and /apis is served with or without a
+        // trailing slash (the Python client asks for /version/); /api and /apis paths are parsed
+        // without it. The health, metrics and OpenAPI paths are exact in Kubernetes too.
+        .route("/version", get(version))
+        .route("/version/", get(version))
         .route("/healthz", get(health))
         .route("/livez", get(health))
         .route("/readyz", get(health))
@@ -61,11 +65,18 @@ pub fn router(state: Shared) -> Router {
         .route("/openapi/v3", get(|| async { json_response(200, &openapi::index()) }))
         .route("/openapi/v3/{*gv}", get(openapi_doc))
         .route("/api/v1/namespaces/{ns}/pods/{name}/exec", axum::routing::any(exec::serve))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/exec/", axum::routing::any(exec::serve))
         .route("/api/v1/namespaces/{ns}/pods/{name}/attach", axum::routing::any(exec::serve_attach))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/attach/", axum::routing::any(exec::serve_attach))
         .route("/api/v1/namespaces/{ns}/pods/{name}/portforward", axum::routing::any(exec::serve_portforward))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/portforward/", axum::routing::any(exec::serve_portforward))
         .fallback(api)
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
         .with_state(state)
+}
+
+async fn version() -> Response {
+    json_response(200, &discovery::version())
 }
 
 async fn health(State(s): State<Shared>) -> Response {
