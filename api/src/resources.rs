@@ -11,6 +11,8 @@ pub enum Subresource {
     Binding,
     /// `namespaces/{name}/finalize`: writes `spec.finalizers`.
     Finalize,
+    /// `serviceaccounts/{name}/token`: creates a TokenRequest (a signed token, nothing stored).
+    Token,
 }
 
 impl Subresource {
@@ -20,6 +22,7 @@ impl Subresource {
             Subresource::Scale => "scale",
             Subresource::Binding => "binding",
             Subresource::Finalize => "finalize",
+            Subresource::Token => "token",
         }
     }
 
@@ -29,6 +32,7 @@ impl Subresource {
             "scale" => Some(Subresource::Scale),
             "binding" => Some(Subresource::Binding),
             "finalize" => Some(Subresource::Finalize),
+            "token" => Some(Subresource::Token),
             _ => None,
         }
     }
@@ -98,6 +102,21 @@ impl ResourceInfo {
         matches!(self.kind, "Deployment" | "ReplicaSet")
     }
 
+    /// Whether the kind is only ever created and answered, never stored (the access and token
+    /// reviews): it serves `create` alone.
+    pub fn is_virtual(&self) -> bool {
+        matches!(self.group, "authorization.k8s.io" | "authentication.k8s.io")
+    }
+
+    /// The verbs discovery lists for the kind.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_virtual() {
+            &["create"]
+        } else {
+            &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        }
+    }
+
     /// Whether DELETE answers with the deleted object (Kubernetes' ReturnDeletedObject) rather
     /// than a Success Status.
     pub fn returns_deleted_object(&self) -> bool {
@@ -142,7 +161,13 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res!("apps", "ReplicaSet", "replicasets", "replicaset", true, &["rs"], ALL, &[Status, Scale], false),
     res!("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice", true, NONE, NONE, &[], true),
     res!("coordination.k8s.io", "Lease", "leases", "lease", true, NONE, NONE, &[], true),
+    res!(RBAC, "ClusterRole", "clusterroles", "clusterrole", false, NONE, NONE, &[], true),
+    res!(RBAC, "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, NONE, NONE, &[], true),
+    res!(RBAC, "Role", "roles", "role", true, NONE, NONE, &[], true),
+    res!(RBAC, "RoleBinding", "rolebindings", "rolebinding", true, NONE, NONE, &[], true),
 ];
+
+const RBAC: &str = "rbac.authorization.k8s.io";
 
 /// The API groups in discovery order (core first as "").
 pub fn groups() -> Vec<&'static str> {

@@ -1,6 +1,6 @@
 //! Type-checks an object against its k8s-openapi schema and finds fields the schema does not know.
 
-use k8s_openapi::api::{apps, coordination, core, discovery};
+use k8s_openapi::api::{apps, authentication, authorization, coordination, core, discovery, rbac};
 use serde_json::Value;
 
 /// What decoding an object against its schema found.
@@ -35,6 +35,17 @@ pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
         "ReplicaSet" => roundtrip::<apps::v1::ReplicaSet>(obj),
         "EndpointSlice" => roundtrip::<discovery::v1::EndpointSlice>(obj),
         "Lease" => roundtrip::<coordination::v1::Lease>(obj),
+        "ClusterRole" => roundtrip::<rbac::v1::ClusterRole>(obj),
+        "ClusterRoleBinding" => roundtrip::<rbac::v1::ClusterRoleBinding>(obj),
+        "Role" => roundtrip::<rbac::v1::Role>(obj),
+        "RoleBinding" => roundtrip::<rbac::v1::RoleBinding>(obj),
+        "SelfSubjectAccessReview" => roundtrip::<authorization::v1::SelfSubjectAccessReview>(obj),
+        "SelfSubjectRulesReview" => roundtrip::<authorization::v1::SelfSubjectRulesReview>(obj),
+        "SubjectAccessReview" => roundtrip::<authorization::v1::SubjectAccessReview>(obj),
+        "LocalSubjectAccessReview" => roundtrip::<authorization::v1::LocalSubjectAccessReview>(obj),
+        "SelfSubjectReview" => roundtrip::<authentication::v1::SelfSubjectReview>(obj),
+        "TokenReview" => roundtrip::<authentication::v1::TokenReview>(obj),
+        "TokenRequest" => roundtrip::<authentication::v1::TokenRequest>(obj),
         "Binding" => roundtrip::<core::v1::Binding>(obj),
         "Scale" => roundtrip::<k8s_openapi::api::autoscaling::v1::Scale>(obj),
         "DeleteOptions" => roundtrip::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(obj),

@@ -60,7 +60,24 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
                 }
             }
         }
+        "RoleBinding" | "ClusterRoleBinding" => default_binding(obj),
         _ => {}
+    }
+}
+
+/// rbac/v1 `SetDefaults_{Cluster,}RoleBinding` and `SetDefaults_Subject`: the RBAC group on the
+/// role reference and on User and Group subjects.
+fn default_binding(obj: &mut Value) {
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    if let Some(role_ref) = child(obj, "roleRef") {
+        default_str(role_ref, "apiGroup", RBAC);
+    }
+    for subject in items(obj, "subjects") {
+        with_map(subject, |m| {
+            if matches!(m.get("kind").and_then(Value::as_str), Some("User" | "Group")) {
+                default_str(m, "apiGroup", RBAC);
+            }
+        });
     }
 }
 
@@ -79,10 +96,31 @@ mod tests {
     }
 
     #[test]
+    fn bindings_get_the_rbac_group_on_their_role_and_user_subjects() {
+        let b = defaulted(
+            "RoleBinding",
+            json!({"roleRef": {"kind": "Role", "name": "r"},
+                   "subjects": [{"kind": "User", "name": "u"}, {"kind": "ServiceAccount", "name": "default"}]}),
+        );
+        assert_eq!(b["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+        assert_eq!(b["subjects"][0]["apiGroup"], "rbac.authorization.k8s.io");
+        assert!(b["subjects"][1].get("apiGroup").is_none());
+    }
+
+    #[test]
     fn defaulting_survives_wrong_shapes() {
-        for kind in
-            ["Pod", "Deployment", "ReplicaSet", "Service", "Namespace", "Secret", "Endpoints", "EndpointSlice", "Node"]
-        {
+        for kind in [
+            "Pod",
+            "Deployment",
+            "ReplicaSet",
+            "Service",
+            "Namespace",
+            "Secret",
+            "Endpoints",
+            "EndpointSlice",
+            "Node",
+            "RoleBinding",
+        ] {
             let mut v = json!("not an object");
             apply_defaults(kind, &mut v);
             assert_eq!(v, json!("not an object"));

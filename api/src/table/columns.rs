@@ -12,6 +12,10 @@ const IMAGES_DOC: &str = "Images referenced by each container in the template.";
 
 const NODE_ADDRESSES_DOC: &str = "List of addresses reachable to the node. Queried from cloud provider, if available. More info: https://kubernetes.io/docs/reference/node/node-status/#addresses Note: This field is declared as mergeable, but the merge key is not sufficiently unique, which can cause data corruption when it is merged. Callers should instead use a full-replacement patch. See https://pr.k8s.io/79391 for an example. Consumers should assume that addresses can change during the lifetime of a Node. However, there are some exceptions where this may not be possible, such as Pods that inherit a Node's address in its own status or consumers of the downward API (status.hostIP).";
 
+const ROLE_REF_DOC: &str = "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.";
+
+const CLUSTER_ROLE_REF_DOC: &str = "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.";
+
 /// (name, type, format, priority, description)
 type Column = (&'static str, &'static str, &'static str, u8, &'static str);
 
@@ -116,7 +120,23 @@ fn column_specs(kind: &str) -> Vec<Column> {
             ("Endpoints", "string", "", 0, "endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints."),
             AGE,
         ],
-        // The apiserver's default table convertor.
+        "RoleBinding" => vec![
+            NAME,
+            ("Role", "string", "", 0, ROLE_REF_DOC),
+            AGE,
+            ("Users", "string", "", 1, "Users in the roleBinding"),
+            ("Groups", "string", "", 1, "Groups in the roleBinding"),
+            ("ServiceAccounts", "string", "", 1, "ServiceAccounts in the roleBinding"),
+        ],
+        "ClusterRoleBinding" => vec![
+            NAME,
+            ("Role", "string", "", 0, CLUSTER_ROLE_REF_DOC),
+            AGE,
+            ("Users", "string", "", 1, "Users in the clusterRoleBinding"),
+            ("Groups", "string", "", 1, "Groups in the clusterRoleBinding"),
+            ("ServiceAccounts", "string", "", 1, "ServiceAccounts in the clusterRoleBinding"),
+        ],
+        // The apiserver's default table convertor (Roles and ClusterRoles print this way too).
         _ => vec![NAME, ("Created At", "date", "", 0, AGE_DOC)],
     }
 }

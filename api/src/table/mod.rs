@@ -102,6 +102,7 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
                 age,
             ]
         }
+        "RoleBinding" | "ClusterRoleBinding" => binding_cells(o, name, age),
         _ => {
             let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
             let created = Timestamp::from_second(created.as_second()).unwrap_or(created);
@@ -110,6 +111,23 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
             vec![name, json!(created)]
         }
     }
+}
+
+/// `printRoleBinding`: the role as `Kind/name`, and (wide) users, groups and `namespace/name` of
+/// service accounts, as `rbac.SubjectsStrings` sorts them.
+fn binding_cells(o: Obj<'_>, name: Value, age: Value) -> Vec<Value> {
+    let role = format!("{}/{}", o.str("roleRef.kind"), o.str("roleRef.name"));
+    let (mut users, mut groups, mut sas) = (Vec::new(), Vec::new(), Vec::new());
+    for s in o.list("subjects") {
+        let s = Obj(s);
+        match s.str("kind") {
+            "User" => users.push(s.str("name").to_owned()),
+            "Group" => groups.push(s.str("name").to_owned()),
+            "ServiceAccount" => sas.push(format!("{}/{}", s.str("namespace"), s.str("name"))),
+            _ => {}
+        }
+    }
+    vec![name, json!(role), age, json!(users.join(", ")), json!(groups.join(", ")), json!(sas.join(", "))]
 }
 
 /// `labels.FormatLabels`: sorted `k=v` pairs, or `<none>`.
@@ -148,6 +166,9 @@ mod tests {
             "Deployment",
             "ReplicaSet",
             "EndpointSlice",
+            "RoleBinding",
+            "ClusterRoleBinding",
+            "Role",
             "Widget",
         ] {
             assert_eq!(cells(kind, &obj, now()).len(), columns(kind).len(), "{kind}");
@@ -196,6 +217,18 @@ mod tests {
                 json!("nginx:1,busybox"),
                 json!("<none>")
             ]
+        );
+    }
+
+    #[test]
+    fn bindings_print_their_role_and_subjects() {
+        let b = json!({"metadata": {"name": "read"}, "roleRef": {"kind": "ClusterRole", "name": "view"},
+                       "subjects": [{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "devs"},
+                                    {"kind": "User", "name": "bob"},
+                                    {"kind": "ServiceAccount", "namespace": "ci", "name": "builder"}]});
+        assert_eq!(
+            cell_strings("RoleBinding", &b),
+            ["read", "ClusterRole/view", "<unknown>", "alice, bob", "devs", "ci/builder"]
         );
     }
 

@@ -12,7 +12,7 @@ use super::names::{label_value_errors, percent_errors, qualified_name_errors, IS
 use super::obj_or_null;
 use super::pod::validate_pod_spec;
 
-fn validate_label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
+pub(super) fn validate_label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
     validate_labels(obj(sel, "matchLabels"), &format!("{path}.matchLabels"), out);
     for (i, req) in arr(sel, "matchExpressions").iter().enumerate() {
         let p = format!("{path}.matchExpressions[{i}]");

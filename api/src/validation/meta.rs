@@ -11,12 +11,15 @@ use super::names::{
     IMMUTABLE_MSG, IS_NEGATIVE_MSG,
 };
 use super::obj_or_null;
+use super::rbac::path_segment_errors;
 
 #[derive(Clone, Copy)]
 pub(super) enum NameRule {
     Subdomain,
     Label,
     Dns1035,
+    /// RBAC names: any path segment (`path.IsValidPathSegmentName`).
+    PathSegment,
 }
 
 const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
@@ -30,6 +33,7 @@ pub(super) fn validate_object_meta(meta: &Value, namespaced: Option<bool>, rule:
             NameRule::Subdomain => dns1123_subdomain_errors(name),
             NameRule::Label => dns1123_label_errors(name),
             NameRule::Dns1035 => dns1035_label_errors(name),
+            NameRule::PathSegment => path_segment_errors(name),
         };
         out.extend(errs.iter().map(|m| Cause::invalid("metadata.name", name, m)));
     }

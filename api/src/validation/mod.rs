@@ -14,6 +14,7 @@ mod names;
 mod pod;
 mod pod_update;
 mod quantity;
+mod rbac;
 mod service;
 #[cfg(test)]
 mod test_support;
@@ -89,6 +90,7 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
             out.push(Cause::invalid("addressType", st(new, "addressType"), IMMUTABLE_MSG));
         }
         "Node" => validate_node_update(new_spec, old_spec, &mut out),
+        "RoleBinding" | "ClusterRoleBinding" => rbac::validate_binding_update(new, old, &mut out),
         _ => {}
     }
     out
@@ -165,6 +167,8 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Service" => (Some(true), NameRule::Dns1035),
         "Pod" | "Endpoints" | "Event" | "ConfigMap" | "Secret" | "ServiceAccount" | "Deployment" | "ReplicaSet"
         | "EndpointSlice" | "Lease" => (Some(true), NameRule::Subdomain),
+        "Role" | "RoleBinding" => (Some(true), NameRule::PathSegment),
+        "ClusterRole" | "ClusterRoleBinding" => (Some(false), NameRule::PathSegment),
         _ => (None, NameRule::Subdomain),
     };
     validate_object_meta(meta, namespaced, rule, &mut out);
@@ -208,6 +212,8 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         }
         "Event" => validate_event(obj, &mut out),
         "Node" => validate_node(obj, &mut out),
+        "Role" | "ClusterRole" => rbac::validate_role(obj, kind == "Role", &mut out),
+        "RoleBinding" | "ClusterRoleBinding" => rbac::validate_binding(obj, kind == "RoleBinding", &mut out),
         _ => {}
     }
     out

@@ -3,8 +3,6 @@
 use kaji_api::resources::{groups, ResourceInfo, Subresource, RESOURCES};
 use serde_json::{json, Value};
 
-pub const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
-
 /// Kubernetes' version.Info; kubectl's dispatcher picks its client from `minor`.
 pub fn version() -> Value {
     json!({
@@ -65,13 +63,14 @@ fn sub_kind(r: &ResourceInfo, s: Subresource) -> (&'static str, &'static str, &'
     match s {
         Subresource::Scale => ("autoscaling", "v1", "Scale"),
         Subresource::Binding => ("", "v1", "Binding"),
+        Subresource::Token => ("authentication.k8s.io", "v1", "TokenRequest"),
         _ => (r.group, r.version, r.kind),
     }
 }
 
 fn sub_verbs(s: Subresource) -> Vec<&'static str> {
     match s {
-        Subresource::Binding => vec!["create"],
+        Subresource::Binding | Subresource::Token => vec!["create"],
         Subresource::Finalize => vec!["update"],
         _ => vec!["get", "patch", "update"],
     }
@@ -101,7 +100,7 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
         "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
         "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": r.singular,
-        "verbs": VERBS,
+        "verbs": r.verbs(),
     });
     if !r.short_names.is_empty() {
         v["shortNames"] = json!(r.short_names);
@@ -163,7 +162,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
     for r in RESOURCES.iter().filter(|r| r.group == group) {
         let mut v = json!({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
-                           "kind": r.kind, "verbs": VERBS});
+                           "kind": r.kind, "verbs": r.verbs()});
         if !r.short_names.is_empty() {
             v["shortNames"] = json!(r.short_names);
         }
