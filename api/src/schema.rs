@@ -2,6 +2,8 @@
 
 use k8s_openapi::api::{apps, authentication, authorization, coordination, core, discovery, rbac};
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// What decoding an object against its schema found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +53,32 @@ pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
         "DeleteOptions" => roundtrip::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(obj),
         other => Err(SchemaError::UnknownKind(other.to_string())),
     }
+}
+
+/// The top-level `spec` and `status` Kubernetes always writes for `kind`, as written when unset.
+///
+/// Kubernetes' Go types hold both as structs, not pointers, so every response carries them
+/// (`"status": {}` on a Deployment just created) and typed clients read `obj.status.x` at once.
+/// Each is the struct's zero value as Go encodes it: `{}`, or its required fields at zero (a
+/// ReplicaSet's `{"replicas": 0}`) — found by decoding `{}` into the k8s-openapi type and
+/// encoding it back, so a kind without such a field (ConfigMap, Lease's status) gets nothing.
+pub fn zero_parts(kind: &str) -> &'static [(&'static str, Value)] {
+    static PARTS: OnceLock<HashMap<&'static str, Vec<(&'static str, Value)>>> = OnceLock::new();
+    let parts = PARTS.get_or_init(|| {
+        crate::resources::RESOURCES
+            .iter()
+            .map(|r| {
+                let probe = serde_json::json!({"spec": {}, "status": {}});
+                let known = normalize(r.kind, &probe).unwrap_or(Value::Null);
+                let found = ["spec", "status"]
+                    .into_iter()
+                    .filter_map(|part| known.get(part).filter(|v| v.is_object()).map(|v| (part, v.clone())))
+                    .collect();
+                (r.kind, found)
+            })
+            .collect()
+    });
+    parts.get(kind).map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// Paths (`spec.bogusField`, `spec.containers[0].foo`) present in `input` but unknown to the schema,
@@ -122,6 +150,20 @@ mod tests {
         let known = normalize("Pod", &pod).expect("decodes");
         strip_unknown(&mut pod, &known);
         assert_eq!(pod, json!({"metadata":{"name":"web"},"spec":{"containers":[{"name":"c","image":"i"}]}}));
+    }
+
+    #[test]
+    fn spec_and_status_are_the_go_zero_values_of_their_structs() {
+        let parts = |kind| zero_parts(kind).iter().map(|(p, v)| format!("{p}={v}")).collect::<Vec<_>>();
+        assert_eq!(parts("Deployment"), ["spec={\"selector\":{},\"template\":{}}", "status={}"]);
+        assert_eq!(parts("ReplicaSet")[1], "status={\"replicas\":0}");
+        assert_eq!(parts("Node"), ["spec={}", "status={}"]);
+        assert_eq!(parts("Lease"), ["spec={}"]);
+        assert!(parts("ConfigMap").is_empty() && parts("Secret").is_empty() && parts("Event").is_empty());
+        for r in crate::resources::RESOURCES {
+            // Every served kind decodes: a kind missing from `normalize` would get no parts silently.
+            assert!(normalize(r.kind, &serde_json::json!({})).is_ok(), "{} has no schema", r.kind);
+        }
     }
 
     #[test]

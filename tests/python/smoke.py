@@ -203,6 +203,53 @@ def every_served_list_decodes_into_typed_models(core, apps):
     assert kubernetes_service.spec.cluster_ip, "the kubernetes Service has a cluster IP"
 
 
+def objects_carry_their_status_in_every_verbs_response(core, apps):
+    """Kubernetes always writes a kind's status struct (`"status": {}`), so typed clients read
+    `obj.status.x` at once: on create, get, list, watch, replace, patch, apply and delete."""
+    name = unique("fresh")
+    created = apps.create_namespaced_deployment(NAMESPACE, deployment(name, 0))
+    seen = {"create": created, "get": apps.read_namespaced_deployment(name, NAMESPACE)}
+    listed = apps.list_namespaced_deployment(NAMESPACE, field_selector=f"metadata.name={name}")
+    seen["list"] = listed.items[0]
+    seen["replace"] = apps.replace_namespaced_deployment(name, NAMESPACE, seen["get"])
+    seen["patch"] = apps.patch_namespaced_deployment(
+        name, NAMESPACE, {"metadata": {"labels": {"patched": "yes"}}}, _content_type=MERGE_PATCH)
+    applied = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"applied": "yes"}}}
+    seen["apply"] = apps.patch_namespaced_deployment(
+        name, NAMESPACE, applied, field_manager="smoke", _content_type="application/apply-patch+yaml")
+    w = watch.Watch()
+    for event in w.stream(apps.list_namespaced_deployment, NAMESPACE, field_selector=f"metadata.name={name}",
+                          resource_version="0", timeout_seconds=5):
+        seen["watch"] = event["object"]
+        w.stop()
+        break
+    for verb, obj in seen.items():
+        assert obj.status is not None, f"{verb} answered without status"
+        # The controller has not run here: the struct is there, its fields are not.
+        assert obj.status.observed_generation is None, f"{verb}: {obj.status}"
+    assert apps.read_namespaced_deployment_status(name, NAMESPACE).status is not None
+
+    rs = apps.create_namespaced_replica_set(NAMESPACE, client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name=unique("rs")),
+        spec=client.V1ReplicaSetSpec(replicas=0, selector=deployment(name, 0).spec.selector,
+                                     template=deployment(name, 0).spec.template)))
+    assert rs.status is not None and rs.status.replicas == 0, f"a ReplicaSet's status has replicas 0: {rs.status}"
+
+    pod_name = unique("short")
+    core.create_namespaced_pod(NAMESPACE, pod(pod_name))
+    deleted = core.delete_namespaced_pod(pod_name, NAMESPACE, grace_period_seconds=0)
+    assert deleted.status is not None and deleted.status.phase == "Pending", f"delete answered {deleted.status}"
+
+    namespace = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=unique("ns"))))
+    assert namespace.spec is not None and namespace.status is not None, f"namespace: {namespace}"
+    node = core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=unique("node"))))
+    assert node.spec is not None and node.status is not None, f"a Node has spec and status: {node}"
+    assert node.spec.unschedulable is None
+    core.delete_node(node.metadata.name)
+    config = core.create_namespaced_config_map(NAMESPACE, config_map(unique("plain"), "x"))
+    assert "status" not in core.api_client.sanitize_for_serialization(config), "a ConfigMap has no status"
+
+
 def reads_the_server_version(core, apps):
     """VersionApi asks for /version/ (with the slash), as the real apiserver serves it."""
     info = client.VersionApi(core.api_client).get_code()
@@ -212,6 +259,7 @@ def reads_the_server_version(core, apps):
 
 CHECKS = [
     reads_the_server_version,
+    objects_carry_their_status_in_every_verbs_response,
     creates_and_reads_back_a_pod_and_a_config_map,
     lists_only_pods_matching_the_label_selector,
     watch_sees_a_change_made_while_watching,

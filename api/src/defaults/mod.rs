@@ -20,6 +20,14 @@ use pod::{default_pod, default_template};
 /// Apply Kubernetes defaulting in place (what the real apiserver adds on create and update).
 /// Never removes user values.
 pub fn apply_defaults(kind: &str, obj: &mut Value) {
+    // Decoding into Kubernetes' Go types gives every object its spec and status structs.
+    if let Some(m) = obj.as_object_mut() {
+        for (part, zero) in crate::schema::zero_parts(kind) {
+            if m.get(*part).is_none_or(Value::is_null) {
+                m.insert((*part).to_string(), zero.clone());
+            }
+        }
+    }
     match kind {
         "Pod" => default_pod(obj),
         "Deployment" => default_deployment(obj),
@@ -85,6 +93,17 @@ fn default_binding(obj: &mut Value) {
 mod tests {
     use super::*;
     use crate::defaults::test_support::defaulted;
+
+    #[test]
+    fn every_object_carries_the_spec_and_status_structs_of_its_kind() {
+        assert_eq!(defaulted("Deployment", json!({"spec": {"replicas": 2}}))["status"], json!({}));
+        assert_eq!(defaulted("ReplicaSet", json!({"spec": {}}))["status"], json!({"replicas": 0}));
+        let node = defaulted("Node", json!({"metadata": {"name": "n"}, "status": null}));
+        assert_eq!((&node["spec"], &node["status"]), (&json!({}), &json!({})));
+        let kept = defaulted("Deployment", json!({"status": {"replicas": 3}}));
+        assert_eq!(kept["status"], json!({"replicas": 3}), "a status that is there is kept");
+        assert!(defaulted("ConfigMap", json!({"data": {}})).get("status").is_none());
+    }
 
     #[test]
     fn secret_endpoints_and_slices_get_their_defaults() {

@@ -338,6 +338,13 @@ mod tests {
         assert_eq!(update("Deployment", &new, &new, entries.clone(), &who, LATER), entries, "a no-op keeps the time");
         let created = update("Deployment", &json!({}), &old, vec![], &writer("kubectl-create", Operation::Update), NOW);
         assert!(fields(&created, "kubectl-create").contains(&".spec.replicas".to_string()));
+        let mut with_status = old.clone();
+        with_status["status"] = json!({});
+        let created = update("Deployment", &json!({}), &with_status, vec![], &who, NOW);
+        assert!(
+            !fields(&created, "kubectl-set").iter().any(|f| f.starts_with(".status")),
+            "the empty status is nobody's"
+        );
     }
 
     #[test]

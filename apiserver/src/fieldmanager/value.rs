@@ -11,6 +11,13 @@ pub fn to_set(kind: &str, obj: &Value, strict: bool) -> Result<FieldSet, String>
     let mut out = FieldSet::new();
     walk(kind, obj, &mut Vec::new(), &mut Vec::new(), &mut out, strict)?;
     out.remove(&vec![PathElement::Field("metadata".into())]);
+    // An empty spec or status is the struct every object carries (`schema::zero_parts`), which
+    // Kubernetes' typed objects omit from their field sets (omitempty): nobody owns it.
+    for part in ["spec", "status"] {
+        if obj.get(part).and_then(Value::as_object).is_some_and(Map::is_empty) {
+            out.remove(&vec![PathElement::Field(part.into())]);
+        }
+    }
     Ok(out)
 }
 
