@@ -22,6 +22,11 @@ APT=(
   "nftables         lab,test    nft, for kaji-proxy's nftables mode (inside namespaces only)"
   "runc             test        the reference OCI runtime of the differential tests"
   "bsdutils         test        script: a terminal for kubectl in the kubectl run -it test"
+  "qemu-system-x86  test        the VM test's machines (tests/vm: software CPU, systemd, cgroup v2)"
+  "qemu-utils       test        qemu-img: the VM test's disk overlays"
+  "debootstrap      test        the VM test's Debian image, from the mirror apt uses"
+  "e2fsprogs        test        mkfs.ext4 -d: the VM test's disk without a mount or loop device"
+  "openssh-client   test        ssh/scp into the VM test's machines"
 )
 # module <purposes> <pip package> <what it is for>
 PIP=(
