@@ -1,6 +1,7 @@
 //! kaji-apiserver: a Kubernetes-compatible REST API over a durable store, with a watch cache.
 
 pub mod agent_client;
+pub mod auth;
 pub mod cache;
 pub mod fieldmanager;
 pub mod http;
@@ -28,6 +29,10 @@ pub struct Config {
     pub compaction_interval: Duration,
     /// How long connecting to a node's agent and waiting for its answer to begin may take.
     pub agent_timeout: Duration,
+    /// Who may authenticate how.
+    pub authentication: auth::authn::Config,
+    /// `--authorization-mode`, in order (a union: the first allow wins).
+    pub authorization_modes: Vec<auth::AuthorizationMode>,
 }
 
 impl Config {
@@ -41,6 +46,8 @@ impl Config {
             event_history: 100_000,
             compaction_interval: Duration::from_secs(60),
             agent_timeout: Duration::from_secs(10),
+            authentication: auth::authn::Config::default(),
+            authorization_modes: vec![auth::AuthorizationMode::AlwaysAllow],
         }
     }
 }
@@ -82,13 +89,20 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let ips = registry::alloc::IpAllocator::new(&config.service_cluster_ip_range)
         .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range: {e}"))?;
     let ports = registry::alloc::PortAllocator::new(config.service_node_port_range.0, config.service_node_port_range.1);
-    let bootstrap = registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports };
+    let admission = auth::admission();
+    let bootstrap =
+        registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports, admission };
     bootstrap.bootstrap(advertise).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
     let cache =
         cache::Cache::start(store.clone(), config.watch_cache_size).context("failed to load the watch cache")?;
     let registry = registry::Registry { cache: cache.clone(), ..bootstrap };
     let (stop, shutdown) = tokio::sync::watch::channel(false);
+    // Plain HTTP is the explicit insecure port: everyone there is the insecure superuser.
+    let authn = auth::authn::chain(&config.authentication, auth::authn::Fallback::InsecureSuperuser)
+        .context("failed to set up authentication")?;
+    let security = http::pipeline::Security { authn, authz: auth::authorizer(&config.authorization_modes) };
     let state = Arc::new(http::AppState {
+        security,
         registry,
         cache,
         agents: agent_client::AgentClient::new(config.agent_timeout),
@@ -97,7 +111,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         advertise: advertise.to_string(),
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
-    let app = http::router(state);
+    let app = http::router(state).into_make_service_with_connect_info::<http::pipeline::Peer>();
     let mut sd = shutdown.clone();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -9,12 +9,23 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(name = "kaji-apiserver", version)]
 struct Args {
-    /// Address to listen on.
+    /// Address of the plain-HTTP port.
     #[arg(long, default_value = "127.0.0.1")]
-    bind_address: IpAddr,
-    /// Port to listen on (plain HTTP; 0 picks a free one).
-    #[arg(long, default_value_t = 6443)]
-    port: u16,
+    insecure_bind_address: IpAddr,
+    /// Serve plain HTTP on this port (0 picks a free one), where every request is the superuser
+    /// `system:unsecured` unless it brings a token: for tests only, never on a reachable address.
+    #[arg(long)]
+    insecure_port: Option<u16>,
+    /// Static bearer tokens: a CSV file of token,user,uid[,"group1,group2"].
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Let requests without credentials in as system:anonymous on /healthz, /livez, /readyz
+    /// and /version (401 everywhere else).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// Comma-separated authorizers, tried in order (the first allow wins): AlwaysAllow, AlwaysDeny.
+    #[arg(long, default_value = "AlwaysAllow")]
+    authorization_mode: String,
     /// Directory of the embedded store.
     #[arg(long, default_value = "/var/lib/kaji/apiserver")]
     data_dir: PathBuf,
@@ -57,7 +68,12 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let mut config = kaji_apiserver::Config::new(SocketAddr::new(args.bind_address, args.port), args.data_dir);
+    let port = args.insecure_port.context("--insecure-port is required (HTTPS is not served yet)")?;
+    let mut config = kaji_apiserver::Config::new(SocketAddr::new(args.insecure_bind_address, port), args.data_dir);
+    config.authentication.token_auth_file = args.token_auth_file;
+    config.authentication.anonymous = args.anonymous_auth;
+    config.authorization_modes =
+        kaji_apiserver::auth::AuthorizationMode::parse_list(&args.authorization_mode).map_err(anyhow::Error::msg)?;
     config.service_cluster_ip_range = args.service_cluster_ip_range;
     config.service_node_port_range = parse_range(&args.service_node_port_range).context("--service-node-port-range")?;
     config.watch_cache_size = args.watch_cache_size.max(1);

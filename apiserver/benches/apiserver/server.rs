@@ -19,7 +19,7 @@ impl Server {
         let addr_file = dir.path().join("address");
         let log = std::fs::File::create(dir.path().join("server.log")).context("failed to create the server log")?;
         let child = Command::new(bin)
-            .args(["--bind-address", "127.0.0.1", "--port", "0", "--data-dir"])
+            .args(["--insecure-bind-address", "127.0.0.1", "--insecure-port", "0", "--data-dir"])
             .arg(dir.path().join("data"))
             .arg("--address-file")
             .arg(&addr_file)

@@ -197,6 +197,9 @@ async fn serve_kind(
 async fn connect(s: &Shared, kind: Kind, ns: &str, name: &str, mut req: Request<Body>) -> ApiResult<Response<Body>> {
     let opts = ExecOptions::parse(req.uri().query().unwrap_or(""))?;
     let (node, addr, path) = location(s, kind, ns, name, &opts)?;
+    let pods = kaji_api::resources::by_kind("Pod").expect("pods are served");
+    let sub = kind.resource().trim_start_matches("pods/");
+    s.registry.admit_connect(&super::pipeline::user_of(req.extensions()), pods, ns, name, sub)?;
     if !is_upgrade(req.headers()) {
         return Err(ApiError::bad_request("Upgrade request required"));
     }

@@ -7,11 +7,13 @@ mod lists;
 pub mod logs;
 pub mod openapi;
 pub mod path;
+pub mod pipeline;
 mod protobuf;
 pub mod table;
 mod watch;
 
 use crate::agent_client::AgentClient;
+use crate::auth::UserInfo;
 use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::registry::{
@@ -35,6 +37,8 @@ use tracing::Instrument;
 
 /// Everything a request handler needs.
 pub struct AppState {
+    /// Authentication and authorization, run before every handler.
+    pub security: pipeline::Security,
     pub registry: Registry,
     pub cache: Arc<Cache>,
     /// Reaches the nodes' agents (pods/log, pods/exec).
@@ -72,6 +76,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/namespaces/{ns}/pods/{name}/portforward/", axum::routing::any(exec::serve_portforward))
         .fallback(api)
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), pipeline::filter))
         .with_state(state)
 }
 
@@ -179,8 +184,9 @@ fn field_manager(q: &Query, headers: &HeaderMap) -> ApiResult<String> {
     Ok(product.chars().filter(|c| !c.is_control()).take(128).collect())
 }
 
-fn write_options(q: &Query, headers: &HeaderMap) -> ApiResult<WriteOptions> {
+fn write_options(q: &Query, headers: &HeaderMap, user: &Arc<UserInfo>) -> ApiResult<WriteOptions> {
     Ok(WriteOptions {
+        user: user.clone(),
         field_manager: Some(field_manager(q, headers)?),
         subresource: None,
         dry_run: match q.get("dryRun") {
@@ -194,8 +200,9 @@ fn write_options(q: &Query, headers: &HeaderMap) -> ApiResult<WriteOptions> {
     })
 }
 
-fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap) -> ApiResult<DeleteOptions> {
-    let mut o = DeleteOptions { grace_period_seconds: q.int("gracePeriodSeconds")?, ..Default::default() };
+fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap, user: &Arc<UserInfo>) -> ApiResult<DeleteOptions> {
+    let mut o =
+        DeleteOptions { user: user.clone(), grace_period_seconds: q.int("gracePeriodSeconds")?, ..Default::default() };
     o.dry_run = q.get("dryRun") == Some("All");
     let mut policy = q.get("propagationPolicy").filter(|p| !p.is_empty()).map(str::to_string);
     let mut orphan = match q.get("orphanDependents").filter(|v| !v.is_empty()) {
@@ -248,7 +255,15 @@ fn outcome_response(out: Outcome) -> Response {
 }
 
 /// Everything under /api and /apis, and the 404 for anything else.
-async fn api(State(s): State<Shared>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn api(
+    State(s): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    user: Option<axum::Extension<Arc<UserInfo>>>,
+    body: Bytes,
+) -> Response {
+    let user = user.map(|u| u.0).unwrap_or_else(|| Arc::new(UserInfo::apiserver()));
     let started = Instant::now();
     let parsed = path::parse(uri.path());
     let (verb, resource) = match &parsed {
@@ -271,7 +286,7 @@ async fn api(State(s): State<Shared>, method: Method, uri: Uri, headers: HeaderM
     };
     let span = tracing::info_span!("request", verb = %verb, resource = %resource);
     let resp = async {
-        let resp = match dispatch(&s, &method, &uri, &headers, body, parsed).await {
+        let resp = match dispatch(&s, &method, &uri, &headers, &user, body, parsed).await {
             Ok(r) => r,
             Err(e) => {
                 if e.code >= 500 {
@@ -296,6 +311,7 @@ async fn dispatch(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    user: &Arc<UserInfo>,
     body: Bytes,
     parsed: Option<ApiPath>,
 ) -> ApiResult<Response> {
@@ -346,7 +362,7 @@ async fn dispatch(
         None => None,
         Some(name) => Some(Subresource::parse(name).filter(|sr| info.has(*sr)).ok_or_else(not_found)?),
     };
-    resource_request(s, info, &rp, sub, method, &q, headers, &accept, body).await
+    resource_request(s, info, &rp, sub, method, &q, headers, user, &accept, body).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -358,6 +374,7 @@ async fn resource_request(
     method: &Method,
     q: &Query,
     headers: &HeaderMap,
+    user: &Arc<UserInfo>,
     accept: &str,
     body: Bytes,
 ) -> ApiResult<Response> {
@@ -374,28 +391,28 @@ async fn resource_request(
         }
         (&Method::GET, Some(name), Some(Subresource::Scale)) => {
             let ns = ns.unwrap_or("default");
-            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Get, &write_options(q, headers)?).await?))
+            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Get, &write_options(q, headers, user)?).await?))
         }
         (&Method::POST, None, None) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.create(info, ns, v, &write_options(q, headers)?).await?))
+            Ok(outcome_response(reg.create(info, ns, v, &write_options(q, headers, user)?).await?))
         }
         (&Method::POST, Some(name), Some(Subresource::Binding)) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.bind(ns.unwrap_or("default"), name, v, &write_options(q, headers)?).await?))
+            Ok(outcome_response(reg.bind(ns.unwrap_or("default"), name, v, &write_options(q, headers, user)?).await?))
         }
         (&Method::PUT, Some(name), None | Some(Subresource::Status)) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.update(info, ns, name, v, sub, &write_options(q, headers)?).await?))
+            Ok(outcome_response(reg.update(info, ns, name, v, sub, &write_options(q, headers, user)?).await?))
         }
         (&Method::PUT, Some(name), Some(Subresource::Scale)) => {
             let v = decode_body(headers, &body)?;
             let ns = ns.unwrap_or("default");
-            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Put(v), &write_options(q, headers)?).await?))
+            Ok(outcome_response(reg.scale(info, ns, name, ScaleOp::Put(v), &write_options(q, headers, user)?).await?))
         }
         (&Method::PUT, Some(name), Some(Subresource::Finalize)) => {
             let v = decode_body(headers, &body)?;
-            Ok(outcome_response(reg.finalize_namespace(name, v, &write_options(q, headers)?).await?))
+            Ok(outcome_response(reg.finalize_namespace(name, v, &write_options(q, headers, user)?).await?))
         }
         (&Method::PATCH, Some(name), None | Some(Subresource::Status) | Some(Subresource::Scale)) => {
             let kind = match content_type(headers).as_str() {
@@ -420,12 +437,12 @@ async fn resource_request(
                             return Err(ApiError::bad_request(format!("invalid value for force: {other:?}")))
                         }
                     };
-                    let opts = write_options(q, headers)?;
+                    let opts = write_options(q, headers, user)?;
                     return Ok(outcome_response(reg.apply(info, ns, name, &body, sub, &opts, force).await?));
                 }
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            let opts = write_options(q, headers)?;
+            let opts = write_options(q, headers, user)?;
             let out = match sub {
                 Some(Subresource::Scale) => {
                     reg.scale(info, ns.unwrap_or("default"), name, ScaleOp::Patch(kind, &body), &opts).await?
@@ -435,11 +452,11 @@ async fn resource_request(
             Ok(outcome_response(out))
         }
         (&Method::DELETE, Some(name), None) => {
-            let opts = delete_options(q, &body, headers)?;
+            let opts = delete_options(q, &body, headers, user)?;
             Ok(outcome_response(reg.delete(info, ns, name, &opts).await?))
         }
         (&Method::DELETE, None, None) => {
-            let opts = delete_options(q, &body, headers)?;
+            let opts = delete_options(q, &body, headers, user)?;
             lists::delete_collection(s, info, ns, q, &opts).await
         }
         _ => Err(ApiError::method_not_allowed(format!(
@@ -456,7 +473,7 @@ mod tests {
 
     fn opts(query: &str, body: &str) -> ApiResult<DeleteOptions> {
         let uri: Uri = format!("/api/v1/namespaces/default/pods/p?{query}").parse().expect("uri");
-        delete_options(&Query::parse(&uri)?, body.as_bytes(), &HeaderMap::new())
+        delete_options(&Query::parse(&uri)?, body.as_bytes(), &HeaderMap::new(), &Arc::new(UserInfo::default()))
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::meta::{self, meta_mut, meta_str};
 use super::{encode_for_store, namespaces, parse_rv, pods, services, with_rv, DeleteOptions, Outcome, Registry};
+use crate::auth::{AdmissionRequest, Operation};
 use crate::http::errors::{ApiError, ApiResult};
 use kaji_api::resources::ResourceInfo;
 use kaji_api::validation::Cause;
@@ -172,6 +173,18 @@ impl Registry {
                 )));
             }
         }
+        let req = AdmissionRequest {
+            user: &opts.user,
+            operation: Operation::Delete,
+            resource: info,
+            subresource: None,
+            namespace: ns,
+            name,
+            old: Some(&old),
+            dry_run: opts.dry_run,
+        };
+        self.admission.admit(&req, None)?;
+        self.admission.validate(&req, None)?;
         let pending = |body: Value| Outcome {
             code: if opts.orphan_dependents == Some(false) { 202 } else { 200 },
             body,

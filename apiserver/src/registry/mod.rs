@@ -11,6 +11,7 @@ mod pods;
 mod scale;
 mod services;
 
+use crate::auth::{Admission, AdmissionRequest, Operation, UserInfo};
 use crate::cache::Cache;
 use crate::http::errors::{ApiError, ApiResult};
 use crate::storage::{self, KeyValue, Store};
@@ -44,8 +45,10 @@ impl FieldValidation {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct WriteOptions {
+    /// Who writes (the pipeline's user; admission judges it).
+    pub user: Arc<UserInfo>,
     pub dry_run: bool,
     pub field_validation: FieldValidation,
     /// Who an ordinary write is recorded under in `metadata.managedFields` (`fieldManager`, else
@@ -53,6 +56,19 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `scale` for writes through the scale subresource (status is known from the path).
     pub subresource: Option<&'static str>,
+}
+
+impl Default for WriteOptions {
+    /// The apiserver's own write.
+    fn default() -> Self {
+        Self {
+            user: Arc::new(UserInfo::apiserver()),
+            dry_run: false,
+            field_validation: FieldValidation::default(),
+            field_manager: None,
+            subresource: None,
+        }
+    }
 }
 
 /// What a write answers: HTTP code, body, and `Warning` headers.
@@ -72,8 +88,10 @@ pub enum PatchType {
 }
 
 /// Parsed DeleteOptions (body and query merged).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DeleteOptions {
+    /// Who deletes (admission judges it).
+    pub user: Arc<UserInfo>,
     pub grace_period_seconds: Option<i64>,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
@@ -85,11 +103,28 @@ pub struct DeleteOptions {
     pub orphan_dependents: Option<bool>,
 }
 
+impl Default for DeleteOptions {
+    /// The apiserver's own delete, with no options.
+    fn default() -> Self {
+        Self {
+            user: Arc::new(UserInfo::apiserver()),
+            grace_period_seconds: None,
+            precondition_uid: None,
+            precondition_rv: None,
+            dry_run: false,
+            propagation: None,
+            orphan_dependents: None,
+        }
+    }
+}
+
 pub struct Registry {
     pub store: Arc<dyn Store>,
     pub cache: Arc<Cache>,
     pub ips: alloc::IpAllocator,
     pub ports: alloc::PortAllocator,
+    /// The admission plugins every write passes (mutating after defaulting, validating last).
+    pub admission: Arc<dyn Admission>,
 }
 
 /// A stored object as the API shows it: its JSON with `resourceVersion` set.
@@ -281,10 +316,22 @@ impl Registry {
             body["status"] = json!({"loadBalancer": {}});
         }
         defaults::apply_defaults(info.kind, &mut body);
+        let req = AdmissionRequest {
+            user: &opts.user,
+            operation: Operation::Create,
+            resource: info,
+            subresource: opts.subresource,
+            namespace: ns,
+            name: &name,
+            old: None,
+            dry_run: opts.dry_run,
+        };
+        self.admission.admit(&req, Some(&mut body))?;
         let causes = validation::validate_create(info.kind, &body);
         if !causes.is_empty() {
             return Err(ApiError::invalid(info.group, info.kind, &name, &causes));
         }
+        self.admission.validate(&req, Some(&body))?;
         let sent = meta_mut(&mut body).remove("managedFields");
         apply::track(info, &name, None, &mut body, sent, None, opts)?;
         let allocated = if info.kind == "Service" { Some(services::allocate(self, &mut body, None)?) } else { None };
@@ -408,6 +455,17 @@ impl Registry {
             }
         }
         defaults::apply_defaults(info.kind, &mut new);
+        let req = AdmissionRequest {
+            user: &opts.user,
+            operation: Operation::Update,
+            resource: info,
+            subresource: sub.map(Subresource::name).or(opts.subresource),
+            namespace: ns,
+            name,
+            old: Some(old),
+            dry_run: opts.dry_run,
+        };
+        self.admission.admit(&req, Some(&mut new))?;
         if info.tracks_generation() && meta::spec_part(&new) != meta::spec_part(old) {
             let g = meta::generation(old) + 1;
             meta_mut(&mut new).insert("generation".into(), g.into());
@@ -419,6 +477,7 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info.group, info.kind, name, &causes));
         }
+        self.admission.validate(&req, Some(&new))?;
         apply::track(info, name, Some(old), &mut new, sent, sub, opts)?;
         let allocated = if info.kind == "Service" && sub.is_none() {
             Some(services::allocate(self, &mut new, Some(old))?)
@@ -548,6 +607,30 @@ impl Registry {
     /// PUT namespaces/{name}/finalize.
     pub async fn finalize_namespace(&self, name: &str, body: Value, opts: &WriteOptions) -> ApiResult<Outcome> {
         namespaces::finalize(self, name, body, opts)
+    }
+
+    /// Admission for a streaming subresource (exec, attach, portforward): a CONNECT on the pod.
+    pub fn admit_connect(
+        &self,
+        user: &UserInfo,
+        info: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        subresource: &str,
+    ) -> ApiResult<()> {
+        let (old, _) = self.get_raw(info, Some(ns), name)?;
+        let req = AdmissionRequest {
+            user,
+            operation: Operation::Connect,
+            resource: info,
+            subresource: Some(subresource),
+            namespace: Some(ns),
+            name,
+            old: Some(&old),
+            dry_run: false,
+        };
+        self.admission.admit(&req, None)?;
+        self.admission.validate(&req, None)
     }
 
     /// Create the namespaces and the `kubernetes` Service every cluster has; rebuild allocators.

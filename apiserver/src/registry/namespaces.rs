@@ -2,6 +2,7 @@
 
 use super::meta::{self, meta_mut};
 use super::{encode_for_store, with_rv, Outcome, Registry, WriteOptions};
+use crate::auth::{AdmissionRequest, Operation};
 use crate::http::errors::{ApiError, ApiResult};
 use kaji_api::resources::ResourceInfo;
 use serde_json::{json, Value};
@@ -47,6 +48,18 @@ pub fn finalize(reg: &Registry, name: &str, body: Value, opts: &WriteOptions) ->
     }
     let mut new = old.clone();
     new["spec"]["finalizers"] = known.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+    let req = AdmissionRequest {
+        user: &opts.user,
+        operation: Operation::Update,
+        resource: info,
+        subresource: Some("finalize"),
+        namespace: None,
+        name,
+        old: Some(&old),
+        dry_run: opts.dry_run,
+    };
+    reg.admission.admit(&req, Some(&mut new))?;
+    reg.admission.validate(&req, Some(&new))?;
     if opts.dry_run {
         return Ok(Outcome { code: 200, body: new, warnings: vec![] });
     }

@@ -2,6 +2,7 @@
 
 use super::meta::{self, meta_str};
 use super::{Outcome, Registry, WriteOptions};
+use crate::auth::{AdmissionRequest, Operation};
 use crate::http::errors::{ApiError, ApiResult};
 use serde_json::{json, Value};
 
@@ -38,6 +39,19 @@ pub fn bind(reg: &Registry, ns: &str, name: &str, body: Value, opts: &WriteOptio
         };
         return Err(ApiError::invalid("", "Binding", name, &[cause]));
     }
+    let mut binding = known;
+    let req = AdmissionRequest {
+        user: &opts.user,
+        operation: Operation::Create,
+        resource: info,
+        subresource: Some("binding"),
+        namespace: Some(ns),
+        name,
+        old: None,
+        dry_run: opts.dry_run,
+    };
+    reg.admission.admit(&req, Some(&mut binding))?;
+    reg.admission.validate(&req, Some(&binding))?;
     for _ in 0..5 {
         let (old, kv) = reg.get_raw(info, Some(ns), name)?;
         if meta::is_deleting(&old) {

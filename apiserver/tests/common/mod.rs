@@ -25,7 +25,7 @@ impl ApiServer {
         let addr_file = data_dir.with_extension("addr");
         let _ = std::fs::remove_file(&addr_file);
         let child = Command::new(env!("CARGO_BIN_EXE_kaji-apiserver"))
-            .args(["--port", "0", "--data-dir"])
+            .args(["--insecure-port", "0", "--data-dir"])
             .arg(data_dir)
             .arg("--address-file")
             .arg(&addr_file)
@@ -74,12 +74,27 @@ impl Drop for ApiServer {
 
 /// One HTTP/1.1 request with `Connection: close`; returns (status, body). Status 0 = no answer.
 pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>, content_type: &str) -> (u16, String) {
+    http_with(addr, method, path, &[], body, content_type)
+}
+
+/// [`http`] with extra request headers.
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    content_type: &str,
+) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(addr) else {
         return (0, String::new());
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let body = body.unwrap_or("");
-    let ct = if content_type.is_empty() { String::new() } else { format!("Content-Type: {content_type}\r\n") };
+    let mut ct = if content_type.is_empty() { String::new() } else { format!("Content-Type: {content_type}\r\n") };
+    for (k, v) in headers {
+        ct.push_str(&format!("{k}: {v}\r\n"));
+    }
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

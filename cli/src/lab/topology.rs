@@ -127,9 +127,9 @@ impl Lab {
                 binary: "kaji-apiserver".into(),
                 netns: lab.clone(),
                 args: argv(&[
-                    "--bind-address",
+                    "--insecure-bind-address",
                     "0.0.0.0",
-                    "--port",
+                    "--insecure-port",
                     &self.port.to_string(),
                     "--data-dir",
                     &self.dir.join("apiserver-data").to_string_lossy(),
