@@ -16,6 +16,7 @@ type Sender<K> = mpsc::UnboundedSender<K>;
 /// A watch on one kind, its store, and the subscribers it fans changes out to.
 pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
     api: Api<K>,
+    config: watcher::Config,
     store: Store<K>,
     writer: reflector::store::Writer<K>,
     changed: Vec<Sender<K>>,
@@ -27,8 +28,13 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     pub fn new(api: Api<K>) -> Self {
+        Self::with_config(api, watcher::Config::default())
+    }
+
+    /// An informer over a narrower watch (a field or label selector).
+    pub fn with_config(api: Api<K>, config: watcher::Config) -> Self {
         let (store, writer) = reflector::store();
-        Self { api, store, writer, changed: Vec::new(), deleted: Vec::new() }
+        Self { api, config, store, writer, changed: Vec::new(), deleted: Vec::new() }
     }
 
     pub fn store(&self) -> Store<K> {
@@ -52,10 +58,10 @@ where
 
     /// Runs the watch until `stop`; watch errors are retried with back-off.
     pub fn spawn(self, mut stop: watch::Receiver<bool>) {
-        let Self { api, store: _, mut writer, changed, deleted } = self;
+        let Self { api, config, store: _, mut writer, changed, deleted } = self;
         let kind = K::kind(&()).to_string();
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let mut events = watcher(api, config).default_backoff().boxed();
             loop {
                 let event = tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,

@@ -1,7 +1,9 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
-//! node lifecycle, node IPAM, garbage collector, namespace and pod GC loops on
+//! node lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA
+//! publisher and ClusterRole aggregation loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
+pub mod clusterroleaggregation;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -18,6 +20,8 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod rootca;
+pub mod serviceaccount;
 pub mod shared;
 
 use crate::informer::Informer;
@@ -26,9 +30,11 @@ use crate::metrics::Metrics;
 use crate::shared::Shared;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::Api;
+use kube::runtime::watcher;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -69,6 +75,9 @@ pub struct Config {
     pub namespace: namespace::Settings,
     /// Collecting orphaned, unscheduled terminating and excess terminated pods.
     pub pod_gc: podgc::Settings,
+    /// The cluster CA bundle (PEM) published as `kube-root-ca.crt` in every namespace
+    /// (`--root-ca-file`); `None` turns the root CA publisher off.
+    pub root_ca: Option<String>,
 }
 
 impl Default for Config {
@@ -81,6 +90,7 @@ impl Default for Config {
             garbage_collector: Some(gc::Settings::default()),
             namespace: namespace::Settings::default(),
             pod_gc: podgc::Settings::default(),
+            root_ca: None,
         }
     }
 }
@@ -194,12 +204,36 @@ async fn controllers(
     let ns_ctx =
         Arc::new(namespace::Ctx { shared: shared(), settings: config.namespace, namespaces: namespaces.store() });
     let ns_triggers = namespaces.subscribe();
+    let mut accounts = Informer::<ServiceAccount>::with_config(
+        Api::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", serviceaccount::DEFAULT)),
+    );
+    let sa_ctx =
+        Arc::new(serviceaccount::Ctx { shared: shared(), namespaces: namespaces.store(), accounts: accounts.store() });
+    let sa_triggers = (namespaces.subscribe(), accounts.subscribe());
+    let mut root_cms = Informer::<ConfigMap>::with_config(
+        Api::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", rootca::CONFIG_MAP)),
+    );
+    let rootca = config.root_ca.clone().map(|ca| {
+        let ctx = Arc::new(rootca::Ctx {
+            shared: shared(),
+            ca,
+            namespaces: namespaces.store(),
+            config_maps: root_cms.store(),
+        });
+        (ctx, namespaces.subscribe(), root_cms.subscribe())
+    });
+    let mut cluster_roles = Informer::<ClusterRole>::new(Api::all(client.clone()));
+    let agg_ctx = Arc::new(clusterroleaggregation::Ctx { shared: shared(), roles: cluster_roles.store() });
+    let agg_triggers = (cluster_roles.subscribe(), cluster_roles.subscribe());
     let podgc_ctx = Arc::new(podgc::Ctx::new(shared(), config.pod_gc, pods.store(), nodes.store()));
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
         let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
+        let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -210,6 +244,9 @@ async fn controllers(
                 && n.wait_until_ready().await.is_ok()
                 && l.wait_until_ready().await.is_ok()
                 && ns.wait_until_ready().await.is_ok()
+                && sa.wait_until_ready().await.is_ok()
+                && cm.wait_until_ready().await.is_ok()
+                && cr.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -222,6 +259,9 @@ async fn controllers(
     nodes.spawn(stop.clone());
     leases.spawn(stop.clone());
     namespaces.spawn(stop.clone());
+    accounts.spawn(stop.clone());
+    root_cms.spawn(stop.clone());
+    cluster_roles.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     // A stop while the caches sync ends their watches too: check the stop first so a manager
     // stopped early shuts down cleanly instead of reporting a cache failure.
@@ -261,6 +301,13 @@ async fn controllers(
         },
         namespace::run(ns_ctx, ns_triggers, stopped(stop.clone())),
         podgc::run(podgc_ctx, stopped(stop.clone())),
+        serviceaccount::run(sa_ctx, sa_triggers.0, sa_triggers.1, stopped(stop.clone())),
+        async {
+            if let Some((ctx, namespaces, config_maps)) = rootca {
+                rootca::run(ctx, namespaces, config_maps, stopped(stop.clone())).await;
+            }
+        },
+        clusterroleaggregation::run(agg_ctx, agg_triggers.0, agg_triggers.1, stopped(stop.clone())),
     );
     Ok(())
 }

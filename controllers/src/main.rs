@@ -62,6 +62,10 @@ struct Args {
     /// Terminated pods kept before the oldest are deleted (0 keeps them all).
     #[arg(long, default_value_t = 12500)]
     terminated_pod_gc_threshold: usize,
+    /// The cluster CA bundle (PEM) to publish as the ConfigMap kube-root-ca.crt in every
+    /// namespace, for pods to verify the apiserver with; without it nothing is published.
+    #[arg(long)]
+    root_ca_file: Option<std::path::PathBuf>,
 }
 
 /// "500ms", "1s", "2m", "1h" or plain seconds.
@@ -83,6 +87,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     kaji_component::init_tracing(args.log_json);
     let leader_election = args.leader.election(&args.leader_elect_resource_name, "kaji-controller-manager");
+    let root_ca = match &args.root_ca_file {
+        Some(path) => {
+            Some(std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--root-ca-file {}: {e}", path.display()))?)
+        }
+        None => None,
+    };
     let config = kaji_controllers::Config {
         leader_election,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
@@ -106,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
             terminated_threshold: args.terminated_pod_gc_threshold,
             ..Default::default()
         },
+        root_ca,
     };
     let handle = kaji_controllers::start(
         args.api.client(concat!("kaji-controller-manager/", env!("CARGO_PKG_VERSION"))).await?,
