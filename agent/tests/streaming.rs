@@ -1,6 +1,7 @@
 //! kubectl's streaming commands against real containers, as root: real kubectl (1.32, which
 //! tunnels SPDY in a WebSocket for port-forward, and 1.28, which speaks SPDY/3.1 natively for
-//! port-forward, exec and attach) → the in-process apiserver → the agent → busybox containers.
+//! port-forward, exec and attach), and the official Python client (exec and attach with stdin)
+//! → the in-process apiserver → the agent → busybox containers.
 
 mod common;
 
@@ -450,6 +451,37 @@ async fn kubectl_attach_i_writes_to_a_stdin_container_and_stdin_once_closes_it()
     ensure!(code == 1 && err.contains("stdin is not enabled for this container"), "{code} {err}");
 
     for name in ["in-new", "in-old", "keep", "plain"] {
+        node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
+        node.wait_gone(name).await?;
+    }
+    node.assert_nothing_left(common::WAIT).await;
+    Ok(())
+}
+
+/// The official Python client writes stdin the moment its WebSocket is open (a `str` as a text
+/// message, `bytes` as a binary one), over `v5.channel.k8s.io` and `v4.channel.k8s.io`, for
+/// exec and attach: every byte reaches the process (`tests/python/stream.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_writes_stdin_at_once_and_nothing_is_lost() -> anyhow::Result<()> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/python/stream.py");
+    let node = Node::start().await?;
+    node.pod("box", json!({"containers": [{"name": "app", "command": ["sleep", "1000"]}]})).await?;
+    let echo = "while read l; do echo got:$l; done";
+    node.pod("echo", json!({"containers": [{"name": "app", "command": ["sh", "-c", echo], "stdin": true}]})).await?;
+    for name in ["box", "echo"] {
+        node.wait_pod(name, "Running", |p| phase(p) == "Running").await?;
+    }
+    let mut cmd = Command::new("python3");
+    cmd.arg(script).arg(format!("http://{}", node.server.addr)).args(["default", "box", "echo"]);
+    cmd.env("PYTHONUNBUFFERED", "1").stdin(Stdio::null());
+    let out = tokio::time::timeout(Duration::from_secs(120), tokio::task::spawn_blocking(move || cmd.output()))
+        .await
+        .context("stream.py hung")???;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    println!("{text}");
+    ensure!(out.status.success(), "stream.py failed ({}):\n{text}", out.status);
+
+    for name in ["box", "echo"] {
         node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
         node.wait_gone(name).await?;
     }

@@ -12,9 +12,9 @@ import json
 import sys
 import threading
 import time
-import traceback
 import uuid
 
+import checks
 import kubernetes
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -279,18 +279,7 @@ def main():
     api_client = client.ApiClient(configuration)
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     print(f"kubernetes python client {kubernetes.__version__} against {sys.argv[1]}")
-    failed = 0
-    for check in CHECKS:
-        try:
-            check(core, apps)
-        except Exception:  # noqa: BLE001 - every failure, decoding errors included, is reported
-            failed += 1
-            print(f"FAIL {check.__name__}")
-            traceback.print_exc(file=sys.stdout)
-        else:
-            print(f"ok   {check.__name__}")
-    print(f"{len(CHECKS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return checks.run(CHECKS, core, apps)
 
 
 if __name__ == "__main__":

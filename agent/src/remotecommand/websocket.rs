@@ -1,6 +1,7 @@
 //! remotecommand over a WebSocket: every binary message starts with its channel (0 stdin,
 //! 1 stdout, 2 stderr, 3 the final status, 4 terminal resizes); v5 adds `[255, channel]`, the
 //! client closing a stream. The status goes out on channel 3, then a normal close (1000).
+//! Client messages may be binary or text (the channel is the first byte either way).
 
 use std::future::Future;
 use std::time::Duration;
@@ -52,6 +53,9 @@ where
         while let Some(msg) = source.next().await {
             let event = match msg {
                 Ok(Message::Binary(data)) => decode(&data, v5),
+                // Kubernetes reads text and binary messages alike (the Python client sends a
+                // str written to stdin as a text message: `"\x00hello\n"`).
+                Ok(Message::Text(text)) => decode(text.as_bytes(), v5),
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };
