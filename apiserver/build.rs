@@ -1,5 +1,5 @@
 //! Builds the protobuf descriptor set of the Kubernetes API types that `http::protobuf` decodes
-//! request bodies with.
+//! request bodies with, and (`build/openapi.rs`) the OpenAPI definitions `http::openapi` serves.
 //!
 //! No crate ships Kubernetes' `generated.proto` files, so the schema is read from the crates that
 //! carry it: every message, field number, label and type from `k8s-pb`'s prost-generated source,
@@ -12,8 +12,12 @@ use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, Fi
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+#[path = "build/openapi.rs"]
+mod openapi;
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/openapi.rs");
     // A new k8s-pb or k8s-openapi version shows up as a lock file change.
     println!("cargo:rerun-if-changed=../Cargo.lock");
     let meta = cargo_metadata();
@@ -21,16 +25,42 @@ fn main() {
     let openapi = package_dir(&meta, "k8s-openapi").join("src");
     let names = json_names(&openapi);
     let mut messages = Vec::new();
+    let mut markers = HashMap::new();
     for file in rust_files(&pb) {
         let module = module_of(&pb, &file);
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
         let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("parse {}: {e}", file.display()));
         messages.extend(ast.items.iter().filter_map(|item| message(item, &module)));
+        openapi::markers(&ast, &module, &mut markers);
     }
     assert!(messages.len() > 1000, "found only {} messages in {}", messages.len(), pb.display());
     let set = descriptor_set(&messages, &names);
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("kubernetes.binpb");
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let out = out_dir.join("kubernetes.binpb");
     std::fs::write(&out, set.encode_to_vec()).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+
+    let definitions = openapi::definitions(&openapi.join(k8s_openapi_version(&meta)), &markers);
+    let out = out_dir.join("openapi-definitions.json");
+    std::fs::write(&out, definitions.to_string()).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+}
+
+/// The Kubernetes version k8s-openapi is built for (`v1_33`), from its enabled features.
+fn k8s_openapi_version(meta: &serde_json::Value) -> String {
+    let ids: Vec<&str> = meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == "k8s-openapi")
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    let nodes = meta["resolve"]["nodes"].as_array().into_iter().flatten();
+    let features: Vec<&str> = nodes
+        .filter(|n| n["id"].as_str().is_some_and(|id| ids.contains(&id)))
+        .flat_map(|n| n["features"].as_array().into_iter().flatten().filter_map(|f| f.as_str()))
+        .filter(|f| f.starts_with("v1_"))
+        .collect();
+    let [version] = features[..] else { panic!("expected one k8s-openapi version feature, found {features:?}") };
+    version.to_string()
 }
 
 /// The workspace's resolved packages, as `cargo metadata` lists them.

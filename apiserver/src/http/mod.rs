@@ -62,11 +62,8 @@ pub fn router(state: Shared) -> Router {
         .route("/livez", get(health))
         .route("/readyz", get(health))
         .route("/metrics", get(metrics))
-        .route(
-            "/openapi/v2",
-            get(|| async { ([(header::CONTENT_TYPE, "application/octet-stream")], Vec::<u8>::new()) }),
-        )
-        .route("/openapi/v3", get(|| async { json_response(200, &openapi::index()) }))
+        .route("/openapi/v2", get(openapi::serve_v2))
+        .route("/openapi/v3", get(openapi::serve_v3_index))
         .route("/openapi/v3/{*gv}", get(openapi_doc))
         .route("/api/v1/namespaces/{ns}/pods/{name}/exec", axum::routing::any(exec::serve))
         .route("/api/v1/namespaces/{ns}/pods/{name}/exec/", axum::routing::any(exec::serve))
@@ -102,11 +99,12 @@ async fn metrics(State(s): State<Shared>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.render()).into_response()
 }
 
-async fn openapi_doc(axum::extract::Path(gv): axum::extract::Path<String>) -> Response {
-    match openapi::document(&gv) {
-        Some(doc) => json_response(200, &doc),
-        None => not_found().into_response(),
-    }
+async fn openapi_doc(
+    axum::extract::Path(gv): axum::extract::Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    openapi::serve_v3(gv, query, headers).await
 }
 
 pub fn json_response(code: u16, body: &Value) -> Response {

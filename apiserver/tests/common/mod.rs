@@ -115,6 +115,16 @@ pub fn http_with(
 /// kubectl pointed at one server, with its own kubeconfig and discovery cache.
 pub struct Kubectl {
     dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+/// The versioned kubectl beside the one on PATH (`kubectl.1.27` ... `kubectl.1.33`).
+pub fn kubectl_binary(version: &str) -> PathBuf {
+    let which = Command::new("sh").args(["-c", "readlink -f \"$(command -v kubectl)\""]).output().expect("sh runs");
+    let real = PathBuf::from(String::from_utf8_lossy(&which.stdout).trim());
+    let path = real.parent().map(|d| d.join(format!("kubectl.{version}"))).unwrap_or_default();
+    assert!(path.exists(), "needs {} (kubectl {version}) beside kubectl", path.display());
+    path
 }
 
 impl Kubectl {
@@ -129,11 +139,16 @@ impl Kubectl {
             "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"{url}\"}}\n  name: kaji\ncontexts:\n- context: {{cluster: kaji, user: admin}}\n  name: kaji\ncurrent-context: kaji\nusers:\n- name: admin\n  user: {{}}\n"
         );
         std::fs::write(dir.path().join("kubeconfig"), kc).expect("write kubeconfig");
-        Self { dir }
+        Self { dir, bin: PathBuf::from("kubectl") }
+    }
+
+    /// A given kubectl version (see [`kubectl_binary`]) for `server`.
+    pub fn version(server: &ApiServer, version: &str) -> Self {
+        Self { bin: kubectl_binary(version), ..Self::new(server) }
     }
 
     pub fn command(&self) -> Command {
-        let mut c = Command::new("kubectl");
+        let mut c = Command::new(&self.bin);
         c.arg("--kubeconfig").arg(self.dir.path().join("kubeconfig"));
         c.arg("--cache-dir").arg(self.dir.path().join("cache"));
         c.env_remove("KUBECONFIG");
