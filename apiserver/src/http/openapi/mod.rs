@@ -47,7 +47,7 @@ impl Documents {
 /// The documents, built on first use.
 pub fn documents() -> &'static Documents {
     static DOCS: OnceLock<Documents> = OnceLock::new();
-    DOCS.get_or_init(|| build(&serde_json::from_str(DEFINITIONS).expect("build.rs writes valid JSON")))
+    DOCS.get_or_init(|| build(serde_json::from_str(DEFINITIONS).expect("build.rs writes valid JSON")))
 }
 
 fn served(body: Vec<u8>) -> Served {
@@ -79,8 +79,11 @@ struct Definitions {
 }
 
 impl Definitions {
-    fn new(extracted: &Value) -> Self {
-        let mut defs = extracted["definitions"].as_object().cloned().unwrap_or_default();
+    fn new(mut extracted: Value) -> Self {
+        let mut defs = match extracted["definitions"].take() {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
         let kinds = &extracted["kinds"];
         let mut served = BTreeMap::new();
         let mut scale = false;
@@ -389,7 +392,7 @@ fn info() -> Value {
     json!({"title": "Kubernetes", "version": super::discovery::version()["gitVersion"]})
 }
 
-fn build(extracted: &Value) -> Documents {
+fn build(extracted: Value) -> Documents {
     let d = Definitions::new(extracted);
     let groups: Vec<(&str, &str)> = {
         let mut g: Vec<(&str, &str)> = Vec::new();
