@@ -79,8 +79,17 @@ pub fn resolve_port(port: &ServicePort, pod: &Pod) -> Option<i32> {
     }
 }
 
-/// (name, port, protocol) for each service port this pod resolves, in service order.
-type PortSet = Vec<(Option<String>, i32, String)>;
+/// One resolved service port: name (`None` when unnamed), container port, protocol, appProtocol.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ResolvedPort {
+    name: Option<String>,
+    port: i32,
+    protocol: String,
+    app_protocol: Option<String>,
+}
+
+/// The ports of each service port this pod resolves, in service order.
+type PortSet = Vec<ResolvedPort>;
 
 fn pod_ports(svc: &Service, pod: &Pod) -> PortSet {
     let ports = svc.spec.as_ref().and_then(|s| s.ports.as_ref());
@@ -88,8 +97,12 @@ fn pod_ports(svc: &Service, pod: &Pod) -> PortSet {
         .into_iter()
         .flatten()
         .filter_map(|sp| {
-            let n = resolve_port(sp, pod)?;
-            Some((sp.name.clone().filter(|n| !n.is_empty()), n, sp.protocol.clone().unwrap_or_else(|| "TCP".into())))
+            Some(ResolvedPort {
+                name: sp.name.clone().filter(|n| !n.is_empty()),
+                port: resolve_port(sp, pod)?,
+                protocol: sp.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                app_protocol: sp.app_protocol.clone(),
+            })
         })
         .collect()
 }
@@ -155,7 +168,12 @@ pub fn desired_endpoints(svc: &Service, pods: &[Pod]) -> Endpoints {
             }
             let ports = ports
                 .into_iter()
-                .map(|(name, port, protocol)| EndpointPort { name, port, protocol: Some(protocol), app_protocol: None })
+                .map(|p| EndpointPort {
+                    name: p.name,
+                    port: p.port,
+                    protocol: Some(p.protocol),
+                    app_protocol: p.app_protocol,
+                })
                 .collect::<Vec<_>>();
             EndpointSubset {
                 addresses: (!ready.is_empty()).then_some(ready),
@@ -208,7 +226,11 @@ pub fn desired_slices(svc: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
     groups
         .into_iter()
         .map(|(ports, members)| {
-            let port_key = format!("{ports:?}");
+            // The name hashes (name, port, protocol) only, so names stay what they were before
+            // appProtocol was carried (it is the same for every pod of a service anyway).
+            let key: Vec<(&Option<String>, i32, &str)> =
+                ports.iter().map(|p| (&p.name, p.port, p.protocol.as_str())).collect();
+            let port_key = format!("{key:?}");
             let name = format!("{}-{}", svc.name_any(), short_hash(&[&uid, &port_key]));
             let endpoints = members
                 .into_iter()
@@ -225,13 +247,16 @@ pub fn desired_slices(svc: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
                     ..discovery::Endpoint::default()
                 })
                 .collect();
+            // As Kubernetes' endpointslice controller (and what the apiserver stores): the name is
+            // always set, "" for an unnamed service port. Leaving it out made every comparison with
+            // the stored slice differ, and the slice was rewritten forever.
             let ports = ports
                 .into_iter()
-                .map(|(name, port, protocol)| discovery::EndpointPort {
-                    name,
-                    port: Some(port),
-                    protocol: Some(protocol),
-                    app_protocol: None,
+                .map(|p| discovery::EndpointPort {
+                    name: Some(p.name.unwrap_or_default()),
+                    port: Some(p.port),
+                    protocol: Some(p.protocol),
+                    app_protocol: p.app_protocol,
                 })
                 .collect();
             EndpointSlice {
@@ -372,6 +397,39 @@ mod tests {
             ]
         );
         assert_eq!(s.ports.as_ref().expect("ports")[0].port, Some(8080));
+    }
+
+    /// What the apiserver stores for `obj`: its defaults applied, read back.
+    fn as_stored<K: serde::Serialize + serde::de::DeserializeOwned>(kind: &str, obj: &K) -> K {
+        let mut v = serde_json::to_value(obj).expect("serializes");
+        kaji_api::defaults::apply_defaults(kind, &mut v);
+        serde_json::from_value(v).expect("reads back")
+    }
+
+    #[test]
+    fn what_is_desired_is_what_the_apiserver_stores() {
+        // An unnamed port (the lab's demo), a named one, one with an appProtocol, no pods at all:
+        // the controllers compare desired with stored, so any difference the apiserver's
+        // defaulting makes is a write on every sync (the demo's slice was rewritten 250 times a second).
+        let pods = vec![pod("a", Some("10.0.0.1"), true), pod("b", Some("10.0.0.2"), false)];
+        let services = [
+            svc(json!({"ports": [{"port": 80, "targetPort": 8080}]})),
+            svc(json!({})),
+            svc(json!({"ports": [{"name": "h2", "port": 81, "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"}]})),
+        ];
+        for s in &services {
+            for pods in [&pods[..], &[]] {
+                for slice in desired_slices(s, pods) {
+                    assert_eq!(as_stored("EndpointSlice", &slice), slice);
+                }
+                let ep = desired_endpoints(s, pods);
+                assert_eq!(as_stored("Endpoints", &ep), ep);
+            }
+        }
+        let slice = &desired_slices(&services[0], &pods)[0];
+        assert_eq!(slice.ports.as_ref().expect("ports")[0].name.as_deref(), Some(""), "as Kubernetes writes it");
+        let h2 = &desired_slices(&services[2], &pods)[0].ports.clone().expect("ports")[0];
+        assert_eq!(h2.app_protocol.as_deref(), Some("kubernetes.io/h2c"));
     }
 
     #[test]
