@@ -2,10 +2,8 @@
 
 mod common;
 
-use common::{http, ApiServer, Kubectl};
+use common::{http, next_event, open_watch, ApiServer, Kubectl};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 fn setup() -> (tempfile::TempDir, ApiServer) {
@@ -284,39 +282,6 @@ fn events_are_found_by_involved_object() {
 }
 
 /// Open a raw watch; returns the reader of its body lines.
-fn open_watch(s: &ApiServer, path: &str) -> BufReader<TcpStream> {
-    let mut t = TcpStream::connect(&s.addr).expect("connect");
-    t.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    write!(t, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
-    let mut r = BufReader::new(t);
-    let mut line = String::new();
-    // Skip the response head.
-    loop {
-        line.clear();
-        r.read_line(&mut line).expect("head");
-        if line == "\r\n" || line.is_empty() {
-            break;
-        }
-    }
-    r
-}
-
-/// The next watch event in a chunked body (chunk-size lines are skipped).
-fn next_event(r: &mut BufReader<TcpStream>) -> Option<Value> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        if let Ok(v) = serde_json::from_str::<Value>(line.trim()) {
-            if v.is_object() {
-                return Some(v);
-            }
-        }
-    }
-}
-
 #[test]
 fn a_watch_older_than_the_history_gets_410_gone() {
     let dir = tempfile::tempdir().expect("tempdir");

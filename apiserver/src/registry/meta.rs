@@ -64,6 +64,42 @@ pub fn generation(obj: &Value) -> i64 {
     meta(obj).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0)
 }
 
+/// Whether an update from `old` to `new` changes nothing, by Kubernetes' rule: the objects are
+/// equal except for `resourceVersion` (never stored) and the `time` of managedFields entries — a
+/// manager entry whose only change is its timestamp is not a change (kube-apiserver's
+/// IgnoreManagedFieldsTimestampsTransformer puts the old timestamps back, then GuaranteedUpdate
+/// skips a write whose bytes equal the stored ones).
+pub fn unchanged(new: &Value, old: &Value) -> bool {
+    let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else { return new == old };
+    equal_except(n, o, &["metadata"])
+        && match (n.get("metadata").and_then(Value::as_object), o.get("metadata").and_then(Value::as_object)) {
+            (Some(nm), Some(om)) => {
+                equal_except(nm, om, &["resourceVersion", "managedFields"])
+                    && same_managers(nm.get("managedFields"), om.get("managedFields"))
+            }
+            (nm, om) => nm.is_none_or(|m| m.is_empty()) && om.is_none_or(|m| m.is_empty()),
+        }
+}
+
+/// `a` and `b` hold the same keys with equal values, `skip` aside.
+fn equal_except(a: &Map<String, Value>, b: &Map<String, Value>, skip: &[&str]) -> bool {
+    let count = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+    count(a) == count(b) && a.iter().filter(|(k, _)| !skip.contains(&k.as_str())).all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// managedFields lists equal entry by entry, ignoring each entry's `time`.
+fn same_managers(a: Option<&Value>, b: Option<&Value>) -> bool {
+    fn entries(v: Option<&Value>) -> &[Value] {
+        v.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    }
+    let (a, b) = (entries(a), entries(b));
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x.as_object(), y.as_object()) {
+            (Some(x), Some(y)) => equal_except(x, y, &["time"]),
+            _ => x == y,
+        })
+}
+
 /// generateName suffix: 5 characters from Kubernetes' alphabet (no vowels, no confusables).
 pub fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -126,6 +162,53 @@ mod tests {
         let mut bare = json!({"metadata": {}});
         carry_system_meta(&mut bare, &old);
         assert_eq!(bare["metadata"]["uid"], "u1");
+    }
+
+    #[test]
+    fn unchanged_ignores_only_the_resource_version_and_manager_timestamps() {
+        let mf = |time: &str, fields: Value| json!([{"manager": "m", "operation": "Update", "time": time, "fieldsV1": fields}]);
+        let base = json!({"metadata": {"name": "a", "resourceVersion": "5", "labels": {"x": "1"},
+            "managedFields": mf("2024-01-01T00:00:00Z", json!({"f:metadata": {}}))}, "spec": {"n": 1}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = base.clone();
+            f(&mut v);
+            v
+        };
+        let cases: Vec<(&str, Value, bool)> = vec![
+            ("identical", base.clone(), true),
+            ("another resourceVersion", with(&|v| v["metadata"]["resourceVersion"] = "9".into()), true),
+            (
+                "no resourceVersion",
+                with(&|v| {
+                    meta_mut(v).remove("resourceVersion");
+                }),
+                true,
+            ),
+            (
+                "a manager's timestamp alone",
+                with(&|v| v["metadata"]["managedFields"][0]["time"] = "2025-01-01T00:00:00Z".into()),
+                true,
+            ),
+            (
+                "a manager's fields",
+                with(&|v| v["metadata"]["managedFields"] = mf("2024-01-01T00:00:00Z", json!({"f:spec": {}}))),
+                false,
+            ),
+            (
+                "managedFields dropped",
+                with(&|v| {
+                    meta_mut(v).remove("managedFields");
+                }),
+                false,
+            ),
+            ("a label", with(&|v| v["metadata"]["labels"]["x"] = "2".into()), false),
+            ("the spec", with(&|v| v["spec"]["n"] = 2.into()), false),
+            ("a new top-level field", with(&|v| v["status"] = json!({})), false),
+        ];
+        for (name, new, want) in cases {
+            assert_eq!(unchanged(&new, &base), want, "{name}");
+            assert_eq!(unchanged(&base, &new), want, "{name}, reversed");
+        }
     }
 
     #[test]

@@ -506,6 +506,14 @@ impl Registry {
             self.after_delete(info, &new);
             return Ok(Outcome { code: 200, body: with_rv(new, drev), warnings: vec![] });
         }
+        // A write that changes nothing is not written (no new resourceVersion, no watch event):
+        // the answer is the stored object, as Kubernetes' GuaranteedUpdate does.
+        if meta::unchanged(&new, old) {
+            if let Some(a) = allocated {
+                a.release(self);
+            }
+            return Ok(Outcome { code: 200, body: old.clone(), warnings: vec![] });
+        }
         let bytes = encode_for_store(&new)?;
         match self.store.update(&info.key(ns, name), &bytes, kv.mod_revision) {
             Ok(rev) => {

@@ -64,11 +64,20 @@ pub fn finalize(reg: &Registry, name: &str, body: Value, opts: &WriteOptions) ->
         return Ok(Outcome { code: 200, body: new, warnings: vec![] });
     }
     let key = info.key(None, name);
-    let rev = reg.store.update(&key, &encode_for_store(&new)?, kv.mod_revision).map_err(|e| match e {
-        crate::storage::Error::Conflict { .. } => ApiError::stale("", "namespaces", name),
-        other => ApiError::internal(other),
-    })?;
-    if meta::is_deleting(&new) && spec_finalizers_done(info, &new) && meta::finalizers(&new).is_empty() {
+    let done = meta::is_deleting(&new) && spec_finalizers_done(info, &new) && meta::finalizers(&new).is_empty();
+    // The same finalizers again: no write (the deletion still completes if it is due).
+    let rev = if meta::unchanged(&new, &old) {
+        if !done {
+            return Ok(Outcome { code: 200, body: old, warnings: vec![] });
+        }
+        kv.mod_revision
+    } else {
+        reg.store.update(&key, &encode_for_store(&new)?, kv.mod_revision).map_err(|e| match e {
+            crate::storage::Error::Conflict { .. } => ApiError::stale("", "namespaces", name),
+            other => ApiError::internal(other),
+        })?
+    };
+    if done {
         let (drev, _) = reg.store.delete(&key, Some(rev)).map_err(ApiError::internal)?;
         return Ok(Outcome { code: 200, body: with_rv(new, drev), warnings: vec![] });
     }

@@ -1,7 +1,7 @@
 //! Test helpers: run the real kaji-apiserver binary, talk raw HTTP, run kubectl against it.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -176,5 +176,39 @@ impl Kubectl {
             String::from_utf8_lossy(&out.stdout)
         );
         String::from_utf8_lossy(&out.stdout).to_string()
+    }
+}
+
+/// A watch request on a raw connection, past its response head.
+pub fn open_watch(s: &ApiServer, path: &str) -> BufReader<TcpStream> {
+    let mut t = TcpStream::connect(&s.addr).expect("connect");
+    t.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    write!(t, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    let mut r = BufReader::new(t);
+    let mut line = String::new();
+    // Skip the response head.
+    loop {
+        line.clear();
+        r.read_line(&mut line).expect("head");
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    r
+}
+
+/// The next watch event in a chunked body (chunk-size lines are skipped).
+pub fn next_event(r: &mut BufReader<TcpStream>) -> Option<serde_json::Value> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line.trim()) {
+            if v.is_object() {
+                return Some(v);
+            }
+        }
     }
 }
