@@ -119,7 +119,9 @@ impl Config {
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
             lease_renew_interval: std::time::Duration::from_secs(10),
-            node_status_report_frequency: std::time::Duration::from_secs(60),
+            // kubelet's nodeStatusReportFrequency: the Lease is the heartbeat, status is posted
+            // when it changes and otherwise every 5 minutes.
+            node_status_report_frequency: std::time::Duration::from_secs(300),
             node_labels: Default::default(),
             image_gc_high_percent: 85,
             image_gc_low_percent: 80,
@@ -216,9 +218,9 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
         node_config.server_addr = Some(addr);
     }
     let node = node::Node::new(client.clone(), Arc::new(node_config));
-    node.register().await?;
+    let posted = node.register().await?;
     let task = tokio::spawn(async move {
-        let heartbeat = tokio::spawn(node.run(stop_rx.clone()));
+        let heartbeat = tokio::spawn(node.run(posted, stop_rx.clone()));
         if let Some(net) = network {
             tokio::spawn(net.run(client.clone(), stop_rx.clone()));
         }

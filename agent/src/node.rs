@@ -378,7 +378,8 @@ impl Node {
     }
 
     /// Creates the Node, or updates labels and status of an existing one (an agent restart).
-    pub async fn register(&self) -> Result<()> {
+    /// Returns the conditions it posted.
+    pub async fn register(&self) -> Result<Vec<NodeCondition>> {
         let api: Api<KNode> = Api::all(self.client.clone());
         let now = Time(jiff::Timestamp::now());
         let err = |source| Error::Register { node: self.config.node_name.clone(), source };
@@ -409,21 +410,28 @@ impl Node {
         api.patch_status(&self.config.node_name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
             .await
             .map_err(err)?;
-        Ok(())
+        Ok(status.conditions.unwrap_or_default())
     }
 
     /// Renews the Lease every `lease_renew_interval`; posts status when conditions change and at
-    /// least every `node_status_report_frequency`.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut last_conditions: Vec<NodeCondition> = Vec::new();
+    /// least every `node_status_report_frequency` (`posted`: what registration posted just now).
+    pub async fn run(self, posted: Vec<NodeCondition>, mut stop: watch::Receiver<bool>) {
+        let mut last_conditions = posted;
         let mut last_report = std::time::Instant::now();
         let check = Duration::from_secs(10).min(self.config.lease_renew_interval);
         let mut next_lease = std::time::Instant::now();
+        let mut lease: Option<Lease> = None;
         loop {
             if std::time::Instant::now() >= next_lease {
-                if let Err(e) = self.renew_lease().await {
-                    tracing::warn!(error = %e, "cannot renew node lease");
-                }
+                // The lease as last written is renewed without reading it first (as kubelet);
+                // after a failure it is read again.
+                lease = match self.renew_lease(lease.take()).await {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot renew node lease");
+                        None
+                    }
+                };
                 next_lease = std::time::Instant::now() + self.config.lease_renew_interval;
             }
             let now = Time(jiff::Timestamp::now());
@@ -463,17 +471,23 @@ impl Node {
         Ok(conds)
     }
 
-    async fn renew_lease(&self) -> Result<(), kube::Error> {
+    /// Renews `last` (the lease as last written; read when `None`), creating it if missing.
+    async fn renew_lease(&self, last: Option<Lease>) -> Result<Lease, kube::Error> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
         let name = &self.config.node_name;
         let now = MicroTime(jiff::Timestamp::now());
-        match api.get_opt(name).await? {
+        let current = match last {
+            Some(l) => Some(l),
+            None => api.get_opt(name).await?,
+        };
+        match current {
             Some(mut lease) => {
                 let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
                 spec.holder_identity = Some(name.clone());
                 spec.lease_duration_seconds = Some(40);
                 spec.renew_time = Some(now);
-                api.replace(name, &PostParams::default(), &lease).await?;
+                lease.metadata.managed_fields = None;
+                api.replace(name, &PostParams::default(), &lease).await
             }
             None => {
                 let owner = Api::<KNode>::all(self.client.clone()).get(name).await?;
@@ -497,10 +511,9 @@ impl Node {
                         ..LeaseSpec::default()
                     }),
                 };
-                api.create(&PostParams::default(), &lease).await?;
+                api.create(&PostParams::default(), &lease).await
             }
         }
-        Ok(())
     }
 }
 

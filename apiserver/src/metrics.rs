@@ -8,10 +8,14 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::Mutex;
 
+/// Kubernetes' `apiserver_request_total` labels: the verb as Kubernetes reports it (`GET`,
+/// `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY`, `DELETE`, `DELETECOLLECTION`, `CONNECT`),
+/// the resource's plural, the subresource (`""` for the object itself) and the HTTP code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub verb: String,
     pub resource: String,
+    pub subresource: String,
     pub code: String,
 }
 
@@ -19,6 +23,7 @@ pub struct RequestLabels {
 pub struct DurationLabels {
     pub verb: String,
     pub resource: String,
+    pub subresource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,7 +50,7 @@ impl Default for Metrics {
         let objects = Family::<ResourceLabels, Gauge>::default();
         registry.register(
             "apiserver_request",
-            "Counter of apiserver requests by verb, resource and HTTP code",
+            "Counter of apiserver requests by verb, resource, subresource and HTTP code",
             requests.clone(),
         );
         registry.register(
@@ -60,11 +65,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Count a request on `resource` (`pods`, or `pods/status` for a subresource).
     pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
-        self.requests
-            .get_or_create(&RequestLabels { verb: verb.into(), resource: resource.into(), code: code.to_string() })
-            .inc();
-        self.duration.get_or_create(&DurationLabels { verb: verb.into(), resource: resource.into() }).observe(seconds);
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let (verb, resource, subresource) = (verb.to_string(), resource.to_string(), subresource.to_string());
+        let labels =
+            DurationLabels { verb: verb.clone(), resource: resource.clone(), subresource: subresource.clone() };
+        self.duration.get_or_create(&labels).observe(seconds);
+        self.requests.get_or_create(&RequestLabels { verb, resource, subresource, code: code.to_string() }).inc();
     }
 
     /// The Prometheus text exposition.
@@ -75,5 +83,25 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_by_verb_resource_subresource_and_code() {
+        let m = Metrics::default();
+        m.observe("PATCH", "pods/status", 200, 0.001);
+        m.observe("PATCH", "pods/status", 200, 0.001);
+        m.observe("PUT", "leases", 409, 0.001);
+        let text = m.render();
+        for want in [
+            r#"apiserver_request_total{verb="PATCH",resource="pods",subresource="status",code="200"} 2"#,
+            r#"apiserver_request_total{verb="PUT",resource="leases",subresource="",code="409"} 1"#,
+        ] {
+            assert!(text.contains(want), "{want} missing from\n{text}");
+        }
     }
 }

@@ -272,6 +272,8 @@ async fn api(
                 (&Method::GET, true, _) if rp.subresource.as_deref() == Some(logs::SUBRESOURCE) => "CONNECT",
                 (&Method::GET, _, true) => "WATCH",
                 (&Method::GET, false, _) => "LIST",
+                (&Method::DELETE, false, _) => "DELETECOLLECTION",
+                (&Method::PATCH, _, _) if content_type(&headers) == "application/apply-patch+yaml" => "APPLY",
                 (m, _, _) => m.as_str(),
             };
             let res = match &rp.subresource {
