@@ -1,7 +1,9 @@
 //! kaji-api: what every component shares beyond k8s-openapi — no IO, no tokio.
 
+pub mod cron;
 pub mod defaults;
 pub mod resources;
+pub mod scheduling;
 pub mod schema;
 pub mod selector;
 pub mod strategic;

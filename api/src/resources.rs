@@ -99,7 +99,7 @@ impl ResourceInfo {
     /// Whether the API sets `metadata.generation` and bumps it on spec changes (as Kubernetes
     /// does for workload controllers' objects, not for plain data or leases).
     pub fn tracks_generation(&self) -> bool {
-        matches!(self.kind, "Deployment" | "ReplicaSet")
+        matches!(self.kind, "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "Job" | "CronJob")
     }
 
     /// Whether the kind is only ever created and answered, never stored (the access and token
@@ -120,7 +120,7 @@ impl ResourceInfo {
     /// Whether DELETE answers with the deleted object (Kubernetes' ReturnDeletedObject) rather
     /// than a Success Status.
     pub fn returns_deleted_object(&self) -> bool {
-        matches!(self.kind, "Pod" | "Service" | "Namespace")
+        matches!(self.kind, "Pod" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim")
     }
 }
 
@@ -157,14 +157,32 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res!("", "ConfigMap", "configmaps", "configmap", true, &["cm"], NONE, &[], false),
     res!("", "Secret", "secrets", "secret", true, NONE, NONE, &[], false),
     res!("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], NONE, &[], true),
+    res!("", "PersistentVolume", "persistentvolumes", "persistentvolume", false, &["pv"], NONE, &[Status], false),
+    res!(
+        "",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        true,
+        &["pvc"],
+        NONE,
+        &[Status],
+        false
+    ),
     res!("apps", "Deployment", "deployments", "deployment", true, &["deploy"], ALL, &[Status, Scale], false),
     res!("apps", "ReplicaSet", "replicasets", "replicaset", true, &["rs"], ALL, &[Status, Scale], false),
+    res!("apps", "DaemonSet", "daemonsets", "daemonset", true, &["ds"], ALL, &[Status], false),
+    res!("apps", "StatefulSet", "statefulsets", "statefulset", true, &["sts"], ALL, &[Status, Scale], false),
+    res!("apps", "ControllerRevision", "controllerrevisions", "controllerrevision", true, NONE, NONE, &[], false),
+    res!("batch", "Job", "jobs", "job", true, NONE, ALL, &[Status], false),
+    res!("batch", "CronJob", "cronjobs", "cronjob", true, &["cj"], ALL, &[Status], false),
     res!("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice", true, NONE, NONE, &[], true),
     res!("coordination.k8s.io", "Lease", "leases", "lease", true, NONE, NONE, &[], true),
     res!(RBAC, "ClusterRole", "clusterroles", "clusterrole", false, NONE, NONE, &[], true),
     res!(RBAC, "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, NONE, NONE, &[], true),
     res!(RBAC, "Role", "roles", "role", true, NONE, NONE, &[], true),
     res!(RBAC, "RoleBinding", "rolebindings", "rolebinding", true, NONE, NONE, &[], true),
+    res!("storage.k8s.io", "StorageClass", "storageclasses", "storageclass", false, &["sc"], NONE, &[], false),
 ];
 
 const RBAC: &str = "rbac.authorization.k8s.io";

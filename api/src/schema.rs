@@ -1,6 +1,6 @@
 //! Type-checks an object against its k8s-openapi schema and finds fields the schema does not know.
 
-use k8s_openapi::api::{apps, authentication, authorization, coordination, core, discovery, rbac};
+use k8s_openapi::api::{apps, authentication, authorization, batch, coordination, core, discovery, rbac, storage};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -33,8 +33,16 @@ pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
         "ConfigMap" => roundtrip::<core::v1::ConfigMap>(obj),
         "Secret" => roundtrip::<core::v1::Secret>(obj),
         "ServiceAccount" => roundtrip::<core::v1::ServiceAccount>(obj),
+        "PersistentVolume" => roundtrip::<core::v1::PersistentVolume>(obj),
+        "PersistentVolumeClaim" => roundtrip::<core::v1::PersistentVolumeClaim>(obj),
         "Deployment" => roundtrip::<apps::v1::Deployment>(obj),
         "ReplicaSet" => roundtrip::<apps::v1::ReplicaSet>(obj),
+        "DaemonSet" => roundtrip::<apps::v1::DaemonSet>(obj),
+        "StatefulSet" => roundtrip::<apps::v1::StatefulSet>(obj),
+        "ControllerRevision" => roundtrip::<apps::v1::ControllerRevision>(obj),
+        "Job" => roundtrip::<batch::v1::Job>(obj),
+        "CronJob" => roundtrip::<batch::v1::CronJob>(obj),
+        "StorageClass" => roundtrip::<storage::v1::StorageClass>(obj),
         "EndpointSlice" => roundtrip::<discovery::v1::EndpointSlice>(obj),
         "Lease" => roundtrip::<coordination::v1::Lease>(obj),
         "ClusterRole" => roundtrip::<rbac::v1::ClusterRole>(obj),

@@ -89,7 +89,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let ips = registry::alloc::IpAllocator::new(&config.service_cluster_ip_range)
         .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range: {e}"))?;
     let ports = registry::alloc::PortAllocator::new(config.service_node_port_range.0, config.service_node_port_range.1);
-    let admission = auth::admission();
+    let admission = auth::admission(&store);
     let bootstrap =
         registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports, admission };
     bootstrap.bootstrap(advertise).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;

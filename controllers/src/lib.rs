@@ -4,6 +4,7 @@
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod clusterroleaggregation;
+pub mod cronjob;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -12,6 +13,7 @@ pub mod expectations;
 pub mod gc;
 pub mod http;
 pub mod informer;
+pub mod job;
 pub use kaji_component::leader;
 pub mod meta;
 pub mod metrics;
@@ -23,12 +25,15 @@ pub mod replicaset;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod shared;
+pub mod ttl;
 
 use crate::informer::Informer;
 use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -78,6 +83,8 @@ pub struct Config {
     /// The cluster CA bundle (PEM) published as `kube-root-ca.crt` in every namespace
     /// (`--root-ca-file`); `None` turns the root CA publisher off.
     pub root_ca: Option<String>,
+    /// The Job controller's pod failure back-off.
+    pub job_backoff: job::backoff::Settings,
 }
 
 impl Default for Config {
@@ -91,6 +98,7 @@ impl Default for Config {
             namespace: namespace::Settings::default(),
             pod_gc: podgc::Settings::default(),
             root_ca: None,
+            job_backoff: job::backoff::Settings::default(),
         }
     }
 }
@@ -228,12 +236,21 @@ async fn controllers(
     let agg_ctx = Arc::new(clusterroleaggregation::Ctx { shared: shared(), roles: cluster_roles.store() });
     let agg_triggers = (cluster_roles.subscribe(), cluster_roles.subscribe());
     let podgc_ctx = Arc::new(podgc::Ctx::new(shared(), config.pod_gc, pods.store(), nodes.store()));
+    let mut jobs = Informer::<Job>::new(Api::all(client.clone()));
+    let job_ctx = Arc::new(job::Ctx::new(shared(), jobs.store(), pods.store(), config.job_backoff));
+    let job_triggers = (jobs.subscribe(), pods.subscribe(), pods.subscribe());
+    let ttl_ctx = Arc::new(ttl::Ctx { shared: shared(), jobs: jobs.store() });
+    let ttl_triggers = jobs.subscribe();
+    let mut cron_jobs = Informer::<CronJob>::new(Api::all(client.clone()));
+    let cj_ctx = Arc::new(cronjob::Ctx::new(shared(), cron_jobs.store(), jobs.store()));
+    let cj_triggers = (cron_jobs.subscribe(), jobs.subscribe());
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
         let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
+        let (j, cj) = (jobs.store(), cron_jobs.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -247,6 +264,8 @@ async fn controllers(
                 && sa.wait_until_ready().await.is_ok()
                 && cm.wait_until_ready().await.is_ok()
                 && cr.wait_until_ready().await.is_ok()
+                && j.wait_until_ready().await.is_ok()
+                && cj.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -262,6 +281,8 @@ async fn controllers(
     accounts.spawn(stop.clone());
     root_cms.spawn(stop.clone());
     cluster_roles.spawn(stop.clone());
+    jobs.spawn(stop.clone());
+    cron_jobs.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     // A stop while the caches sync ends their watches too: check the stop first so a manager
     // stopped early shuts down cleanly instead of reporting a cache failure.
@@ -308,6 +329,15 @@ async fn controllers(
             }
         },
         clusterroleaggregation::run(agg_ctx, agg_triggers.0, agg_triggers.1, stopped(stop.clone())),
+        job::run(
+            job_ctx,
+            job_triggers.0,
+            job_triggers.1,
+            job_triggers.2.filter_map(|p| futures::future::ready(p.ok())),
+            stopped(stop.clone())
+        ),
+        ttl::run(ttl_ctx, ttl_triggers, stopped(stop.clone())),
+        cronjob::run(cj_ctx, cj_triggers.0, cj_triggers.1, stopped(stop.clone())),
     );
     Ok(())
 }

@@ -117,6 +117,7 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         root_ca,
+        job_backoff: kaji_controllers::job::backoff::Settings::default(),
     };
     let handle = kaji_controllers::start(
         args.api.client(concat!("kaji-controller-manager/", env!("CARGO_PKG_VERSION"))).await?,

@@ -1,6 +1,5 @@
 //! Matching labels: metav1 LabelSelectors (pods) and NodeSelectorTerms (nodes).
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::BTreeMap;
 
@@ -27,44 +26,12 @@ pub fn selector_matches(sel: &LabelSelector, labels: &Labels) -> bool {
     })
 }
 
-/// Whether one node selector requirement holds for a value (`None` = label absent).
-pub fn requirement_matches(r: &NodeSelectorRequirement, got: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let int = |s: &str| s.trim().parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => got.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => got.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => got.is_some(),
-        "DoesNotExist" => got.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(have), Some(want)) = (got.and_then(int), values.first().and_then(|v| int(v))) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                have > want
-            } else {
-                have < want
-            }
-        }
-        _ => false,
-    }
-}
-
-/// A NodeSelectorTerm: all its expressions (on labels) and fields (only `metadata.name`) hold.
-/// A term with neither matches nothing, as in Kubernetes.
-pub fn term_matches(term: &NodeSelectorTerm, node_name: &str, labels: &Labels) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    exprs.iter().all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node_name)))
-}
+pub use kaji_api::scheduling::{requirement_matches, term_matches};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {

@@ -8,14 +8,19 @@
 mod json;
 mod objects;
 mod pod;
+mod storage;
 #[cfg(test)]
 mod test_support;
+mod workloads;
 
 use serde_json::{json, Value};
 
 use json::{child, default_str, default_value, is_unset, items, with_map};
 use objects::{default_deployment, default_namespace, default_service};
 use pod::{default_pod, default_template};
+use storage::{default_persistent_volume, default_persistent_volume_claim, default_storage_class};
+use workloads::{default_cron_job, default_daemon_set, default_job, default_stateful_set};
+pub use workloads::{JOB_NAME_LABEL, JOB_UID_LABEL, LEGACY_JOB_NAME_LABEL, LEGACY_JOB_UID_LABEL};
 
 /// Apply Kubernetes defaulting in place (what the real apiserver adds on create and update).
 /// Never removes user values.
@@ -37,6 +42,13 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
                 default_template(spec);
             }
         }
+        "DaemonSet" => default_daemon_set(obj),
+        "StatefulSet" => default_stateful_set(obj),
+        "Job" => default_job(obj),
+        "CronJob" => default_cron_job(obj),
+        "PersistentVolume" => default_persistent_volume(obj),
+        "PersistentVolumeClaim" => default_persistent_volume_claim(obj),
+        "StorageClass" => default_storage_class(obj),
         "Service" => default_service(obj),
         "Namespace" => default_namespace(obj),
         "Secret" => {
@@ -139,6 +151,13 @@ mod tests {
             "EndpointSlice",
             "Node",
             "RoleBinding",
+            "DaemonSet",
+            "StatefulSet",
+            "Job",
+            "CronJob",
+            "PersistentVolume",
+            "PersistentVolumeClaim",
+            "StorageClass",
         ] {
             let mut v = json!("not an object");
             apply_defaults(kind, &mut v);

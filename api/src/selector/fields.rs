@@ -33,6 +33,7 @@ pub fn supported_fields(kind: &str) -> Vec<&'static str> {
         "Secret" => &["type"],
         "Namespace" => &["status.phase"],
         "ReplicaSet" => &["status.replicas"],
+        "Job" => &["status.successful"],
         _ => &[],
     });
     fields
@@ -51,6 +52,8 @@ pub fn field_value(kind: &str, obj: &Value, field: &str) -> Option<String> {
             Some(at(field).unwrap_or_else(|| "false".to_owned()))
         }
         ("ReplicaSet", "status.replicas") => Some(at(field).unwrap_or_else(|| "0".to_owned())),
+        // The field label names `status.succeeded`.
+        ("Job", "status.successful") => Some(at("status.succeeded").unwrap_or_else(|| "0".to_owned())),
         ("Pod", "status.podIP") => lookup(obj, "status.podIPs")
             .and_then(|ips| ips.get(0))
             .and_then(|ip| ip.get("ip"))
@@ -95,6 +98,9 @@ mod tests {
         assert_eq!(field_value("Pod", &pod, "spec.containers"), None);
         let rs = json!({"status": {"replicas": 3}});
         assert_eq!(field_value("ReplicaSet", &rs, "status.replicas").as_deref(), Some("3"));
+        let job = json!({"status": {"succeeded": 5}});
+        assert_eq!(field_value("Job", &job, "status.successful").as_deref(), Some("5"));
+        assert_eq!(field_value("Job", &json!({}), "status.successful").as_deref(), Some("0"));
         let node = json!({"spec": {"unschedulable": true}});
         assert_eq!(field_value("Node", &node, "spec.unschedulable").as_deref(), Some("true"));
         let event = json!({"involvedObject": {"kind": "Pod"}, "reportingComponent": "kubelet"});

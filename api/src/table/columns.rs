@@ -6,9 +6,9 @@ const NAME_DOC: &str = "Name must be unique within a namespace. Is required when
 
 const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
-const CONTAINERS_DOC: &str = "Names of each container in the template.";
+pub(super) const CONTAINERS_DOC: &str = "Names of each container in the template.";
 
-const IMAGES_DOC: &str = "Images referenced by each container in the template.";
+pub(super) const IMAGES_DOC: &str = "Images referenced by each container in the template.";
 
 const NODE_ADDRESSES_DOC: &str = "List of addresses reachable to the node. Queried from cloud provider, if available. More info: https://kubernetes.io/docs/reference/node/node-status/#addresses Note: This field is declared as mergeable, but the merge key is not sufficiently unique, which can cause data corruption when it is merged. Callers should instead use a full-replacement patch. See https://pr.k8s.io/79391 for an example. Consumers should assume that addresses can change during the lifetime of a Node. However, there are some exceptions where this may not be possible, such as Pods that inherit a Node's address in its own status or consumers of the downward API (status.hostIP).";
 
@@ -17,11 +17,11 @@ const ROLE_REF_DOC: &str = "RoleRef can reference a Role in the current namespac
 const CLUSTER_ROLE_REF_DOC: &str = "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.";
 
 /// (name, type, format, priority, description)
-type Column = (&'static str, &'static str, &'static str, u8, &'static str);
+pub(super) type Column = (&'static str, &'static str, &'static str, u8, &'static str);
 
-const NAME: Column = ("Name", "string", "name", 0, NAME_DOC);
+pub(super) const NAME: Column = ("Name", "string", "name", 0, NAME_DOC);
 
-const AGE: Column = ("Age", "string", "", 0, AGE_DOC);
+pub(super) const AGE: Column = ("Age", "string", "", 0, AGE_DOC);
 
 fn column_specs(kind: &str) -> Vec<Column> {
     match kind {
@@ -136,8 +136,10 @@ fn column_specs(kind: &str) -> Vec<Column> {
             ("Groups", "string", "", 1, "Groups in the clusterRoleBinding"),
             ("ServiceAccounts", "string", "", 1, "ServiceAccounts in the clusterRoleBinding"),
         ],
-        // The apiserver's default table convertor (Roles and ClusterRoles print this way too).
-        _ => vec![NAME, ("Created At", "date", "", 0, AGE_DOC)],
+        other => super::workloads::columns(other)
+            .or_else(|| super::storage::columns(other))
+            // The apiserver's default table convertor (Roles and ClusterRoles print this way too).
+            .unwrap_or_else(|| vec![NAME, ("Created At", "date", "", 0, AGE_DOC)]),
     }
 }
 

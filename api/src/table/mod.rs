@@ -8,11 +8,14 @@ mod node;
 mod obj;
 mod pod;
 mod service;
+mod storage;
 #[cfg(test)]
 mod test_support;
+mod workloads;
 
 pub use age::human_duration;
 pub use columns::columns;
+pub use storage::{is_default_class, DEFAULT_CLASS_ANNOTATION};
 
 use jiff::Timestamp;
 use serde_json::{json, Map, Value};
@@ -64,11 +67,7 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         }
         "ReplicaSet" => {
             let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
-            let selector = match LabelSelector::from_json(o.get("spec.selector").unwrap_or(&Value::Null)) {
-                Err(_) => "<error>".to_owned(),
-                Ok(s) if s.is_empty() => "<none>".to_owned(),
-                Ok(s) => s.to_string(),
-            };
+            let selector = format_label_selector(o.get("spec.selector"));
             vec![
                 name,
                 json!(o.int_or("spec.replicas", 1)),
@@ -103,6 +102,8 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
             ]
         }
         "RoleBinding" | "ClusterRoleBinding" => binding_cells(o, name, age),
+        other if workloads::columns(other).is_some() => workloads::cells(other, o, name, age, now).unwrap_or_default(),
+        other if storage::columns(other).is_some() => storage::cells(other, o, name, age).unwrap_or_default(),
         _ => {
             let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
             let created = Timestamp::from_second(created.as_second()).unwrap_or(created);
@@ -137,6 +138,15 @@ fn format_labels(labels: &Map<String, Value>) -> String {
     none_if_empty(&pairs.join(",")).to_owned()
 }
 
+/// `metav1.FormatLabelSelector`: `<error>` when unparsable, `<none>` when empty.
+fn format_label_selector(sel: Option<&Value>) -> String {
+    match LabelSelector::from_json(sel.unwrap_or(&Value::Null)) {
+        Err(_) => "<error>".to_owned(),
+        Ok(s) if s.is_empty() => "<none>".to_owned(),
+        Ok(s) => s.to_string(),
+    }
+}
+
 /// `layoutContainerCells`: names and images, comma separated.
 fn container_cells(containers: &[Value]) -> (String, String) {
     let names: Vec<&str> = containers.iter().map(|c| Obj(c).str("name")).collect();
@@ -169,6 +179,14 @@ mod tests {
             "RoleBinding",
             "ClusterRoleBinding",
             "Role",
+            "DaemonSet",
+            "StatefulSet",
+            "Job",
+            "CronJob",
+            "ControllerRevision",
+            "PersistentVolume",
+            "PersistentVolumeClaim",
+            "StorageClass",
             "Widget",
         ] {
             assert_eq!(cells(kind, &obj, now()).len(), columns(kind).len(), "{kind}");

@@ -85,7 +85,7 @@ pub(super) fn label_selector_string(sel: Option<&Value>) -> String {
     format!("&LabelSelector{{MatchLabels:{labels},MatchExpressions:{exprs},}}")
 }
 
-fn validate_nonnegative(v: &Value, key: &str, path: &str, out: &mut Vec<Cause>) {
+pub(super) fn validate_nonnegative(v: &Value, key: &str, path: &str, out: &mut Vec<Cause>) {
     if let Some(n) = int(v, key) {
         if n < 0 {
             out.push(Cause::invalid(format!("{path}.{key}"), n, IS_NEGATIVE_MSG));
@@ -94,43 +94,63 @@ fn validate_nonnegative(v: &Value, key: &str, path: &str, out: &mut Vec<Cause>) 
 }
 
 fn validate_selector_and_template(spec: &Value, out: &mut Vec<Cause>) {
+    validate_workload_selector(spec, "spec", Some("deployment"), out);
+    let template = obj_or_null(spec, "template");
+    validate_workload_template(spec, template, "spec", &["Always"], Some("ReplicaSet"), out);
+}
+
+/// `<path>.selector`: required, a valid label selector, and not empty when `empty_word` names the
+/// owner kind for the message (`empty selector is invalid for deployment`).
+pub(super) fn validate_workload_selector(spec: &Value, path: &str, empty_word: Option<&str>, out: &mut Vec<Cause>) {
     match spec.get("selector").filter(|s| !s.is_null()) {
-        None => out.push(Cause::required("spec.selector", "")),
+        None => out.push(Cause::required(format!("{path}.selector"), "")),
         Some(sel) => {
-            validate_label_selector(sel, "spec.selector", out);
-            if selector_is_empty(sel) {
+            validate_label_selector(sel, &format!("{path}.selector"), out);
+            if let Some(word) = empty_word.filter(|_| selector_is_empty(sel)) {
                 out.push(Cause::invalid(
-                    "spec.selector",
+                    format!("{path}.selector"),
                     BadValue::Raw(label_selector_string(Some(sel))),
-                    "empty selector is invalid for deployment",
+                    &format!("empty selector is invalid for {word}"),
                 ));
             }
         }
     }
-    let template = obj_or_null(spec, "template");
+}
+
+/// A workload's pod `template` (given separately, so a caller may validate an amended copy): its
+/// labels match `<path>.selector`, its metadata and pod spec are valid, its restartPolicy is one of
+/// `restart`, and activeDeadlineSeconds is forbidden when `deadline_kind` names the owner.
+pub(super) fn validate_workload_template(
+    spec: &Value,
+    template: &Value,
+    path: &str,
+    restart: &[&str],
+    deadline_kind: Option<&str>,
+    out: &mut Vec<Cause>,
+) {
     let tmeta = obj_or_null(template, "metadata");
     let tlabels = obj(tmeta, "labels");
     if let Some(sel) = spec.get("selector").filter(|s| !s.is_null() && !selector_is_empty(s)) {
         if !selector_matches(sel, tlabels) {
             out.push(Cause::invalid(
-                "spec.template.metadata.labels",
+                format!("{path}.template.metadata.labels"),
                 BadValue::Raw(go_map(tlabels)),
                 "`selector` does not match template `labels`",
             ));
         }
     }
-    validate_labels(tlabels, "spec.template.labels", out);
-    validate_annotations(obj(tmeta, "annotations"), "spec.template.annotations", out);
+    validate_labels(tlabels, &format!("{path}.template.labels"), out);
+    validate_annotations(obj(tmeta, "annotations"), &format!("{path}.template.annotations"), out);
     let tspec = obj_or_null(template, "spec");
-    validate_pod_spec(tspec, "spec.template.spec", false, out);
+    validate_pod_spec(tspec, &format!("{path}.template.spec"), false, out);
     let rp = st(tspec, "restartPolicy");
-    if !rp.is_empty() && rp != "Always" {
-        out.push(Cause::not_supported("spec.template.spec.restartPolicy", rp, &["Always"]));
+    if !rp.is_empty() && !restart.contains(&rp) {
+        out.push(Cause::not_supported(format!("{path}.template.spec.restartPolicy"), rp, restart));
     }
-    if has(tspec, "activeDeadlineSeconds") {
+    if let Some(kind) = deadline_kind.filter(|_| has(tspec, "activeDeadlineSeconds")) {
         out.push(Cause::forbidden(
-            "spec.template.spec.activeDeadlineSeconds",
-            "activeDeadlineSeconds in ReplicaSet is not Supported",
+            format!("{path}.template.spec.activeDeadlineSeconds"),
+            &format!("activeDeadlineSeconds in {kind} is not Supported"),
         ));
     }
 }
@@ -142,7 +162,7 @@ pub(super) fn validate_replica_set_spec(spec: &Value, out: &mut Vec<Cause>) {
 }
 
 /// An IntOrString as Go prints it (`25%` or `1`), and its value for the both-zero check.
-fn int_or_percent(v: Option<&Value>) -> Option<(String, i64)> {
+pub(super) fn int_or_percent(v: Option<&Value>) -> Option<(String, i64)> {
     match v? {
         Value::Number(n) => {
             let n = n.as_i64().unwrap_or(0);

@@ -164,7 +164,9 @@ pub fn invalid_message(kind: &str, name: &str, causes: &[Cause]) -> String {
 
 fn qualified_kind(kind: &str) -> String {
     match kind {
-        "Deployment" | "ReplicaSet" => format!("{kind}.apps"),
+        "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "ControllerRevision" => format!("{kind}.apps"),
+        "Job" | "CronJob" => format!("{kind}.batch"),
+        "StorageClass" => format!("{kind}.storage.k8s.io"),
         "EndpointSlice" => format!("{kind}.discovery.k8s.io"),
         "Lease" => format!("{kind}.coordination.k8s.io"),
         _ => kind.to_string(),

@@ -5,6 +5,7 @@
 //! validating an undefaulted object never reports a missing defaulted field.
 
 mod apps;
+mod batch;
 mod causes;
 mod container;
 mod json;
@@ -16,8 +17,10 @@ mod pod_update;
 mod quantity;
 mod rbac;
 mod service;
+mod storage;
 #[cfg(test)]
 mod test_support;
+mod workloads;
 
 pub use causes::{invalid_message, BadValue, Cause};
 pub use names::{
@@ -31,6 +34,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use apps::{label_selector_string, validate_deployment_spec, validate_replica_set_spec, validate_replica_status};
+use batch::{validate_cron_job, validate_job, validate_job_status, validate_job_update};
 use json::{arr, has, int, semantic_eq, st, strs};
 use meta::{validate_finalizer_name, validate_meta_maps, validate_meta_update, validate_object_meta, NameRule};
 use misc::{
@@ -41,6 +45,14 @@ use names::{IMMUTABLE_MSG, IP_MSG, IS_NEGATIVE_MSG};
 use pod::validate_pod_spec;
 use pod_update::{pod_container_count_change, validate_pod_spec_update, validate_pod_status_update};
 use service::{validate_service, validate_service_update};
+use storage::{
+    validate_claim, validate_claim_status, validate_claim_update, validate_storage_class,
+    validate_storage_class_update, validate_volume, validate_volume_status, validate_volume_update,
+};
+use workloads::{
+    validate_collision_count, validate_controller_revision, validate_controller_revision_update,
+    validate_daemon_set_spec, validate_stateful_set_spec, validate_stateful_set_update,
+};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -75,7 +87,9 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
     match kind {
         "Pod" => validate_pod_spec_update(new_spec, old_spec, &mut out),
         "Service" => validate_service_update(new_spec, old_spec, &mut out),
-        "Deployment" | "ReplicaSet" if !semantic_eq(new_spec.get("selector"), old_spec.get("selector")) => {
+        "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet"
+            if !semantic_eq(new_spec.get("selector"), old_spec.get("selector")) =>
+        {
             let shown = label_selector_string(new_spec.get("selector"));
             out.push(Cause::invalid("spec.selector", BadValue::Raw(shown), IMMUTABLE_MSG));
         }
@@ -91,7 +105,15 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
         }
         "Node" => validate_node_update(new_spec, old_spec, &mut out),
         "RoleBinding" | "ClusterRoleBinding" => rbac::validate_binding_update(new, old, &mut out),
+        "Job" => validate_job_update(new_spec, old_spec, &mut out),
+        "ControllerRevision" => validate_controller_revision_update(new, old, &mut out),
+        "PersistentVolume" => validate_volume_update(new_spec, old_spec, &mut out),
+        "PersistentVolumeClaim" => validate_claim_update(new_spec, old_spec, &mut out),
+        "StorageClass" => validate_storage_class_update(new, old, &mut out),
         _ => {}
+    }
+    if kind == "StatefulSet" {
+        validate_stateful_set_update(new_spec, old_spec, &mut out);
     }
     out
 }
@@ -140,6 +162,43 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
             &["fullyLabeledReplicas", "readyReplicas", "availableReplicas"],
             &mut out,
         ),
+        "DaemonSet" => {
+            for key in [
+                "currentNumberScheduled",
+                "numberMisscheduled",
+                "desiredNumberScheduled",
+                "numberReady",
+                "observedGeneration",
+                "updatedNumberScheduled",
+                "numberAvailable",
+                "numberUnavailable",
+                "collisionCount",
+            ] {
+                apps::validate_nonnegative(status, key, "status", &mut out);
+            }
+            validate_collision_count(new, old, &mut out);
+        }
+        "StatefulSet" => {
+            validate_replica_status(
+                status,
+                &[
+                    "replicas",
+                    "readyReplicas",
+                    "currentReplicas",
+                    "updatedReplicas",
+                    "availableReplicas",
+                    "observedGeneration",
+                    "collisionCount",
+                ],
+                &["readyReplicas", "currentReplicas", "updatedReplicas", "availableReplicas"],
+                &mut out,
+            );
+            validate_collision_count(new, old, &mut out);
+        }
+        "Job" => validate_job_status(status, &mut out),
+        "CronJob" => {}
+        "PersistentVolume" => validate_volume_status(status, &mut out),
+        "PersistentVolumeClaim" => validate_claim_status(status, &mut out),
         "Service" => {
             for (i, ing) in arr(obj_or_null(status, "loadBalancer"), "ingress").iter().enumerate() {
                 let ip = st(ing, "ip");
@@ -163,12 +222,26 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
     let meta = obj_or_null(obj, "metadata");
     let (namespaced, rule) = match kind {
         "Namespace" => (Some(false), NameRule::Label),
-        "Node" => (Some(false), NameRule::Subdomain),
+        "Node" | "PersistentVolume" | "StorageClass" => (Some(false), NameRule::Subdomain),
+        "StatefulSet" => (Some(true), NameRule::Label),
         "Service" => (Some(true), NameRule::Dns1035),
-        "Pod" | "Endpoints" | "Event" | "ConfigMap" | "Secret" | "ServiceAccount" | "Deployment" | "ReplicaSet"
-        | "EndpointSlice" | "Lease" => (Some(true), NameRule::Subdomain),
         "Role" | "RoleBinding" => (Some(true), NameRule::PathSegment),
         "ClusterRole" | "ClusterRoleBinding" => (Some(false), NameRule::PathSegment),
+        "Pod"
+        | "Endpoints"
+        | "Event"
+        | "ConfigMap"
+        | "Secret"
+        | "ServiceAccount"
+        | "Deployment"
+        | "ReplicaSet"
+        | "EndpointSlice"
+        | "Lease"
+        | "DaemonSet"
+        | "ControllerRevision"
+        | "Job"
+        | "CronJob"
+        | "PersistentVolumeClaim" => (Some(true), NameRule::Subdomain),
         _ => (None, NameRule::Subdomain),
     };
     validate_object_meta(meta, namespaced, rule, &mut out);
@@ -189,6 +262,14 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Service" => validate_service(obj, &mut out),
         "Deployment" => validate_deployment_spec(spec, &mut out),
         "ReplicaSet" => validate_replica_set_spec(spec, &mut out),
+        "DaemonSet" => validate_daemon_set_spec(spec, &mut out),
+        "StatefulSet" => validate_stateful_set_spec(spec, &mut out),
+        "ControllerRevision" => validate_controller_revision(obj, &mut out),
+        "Job" => validate_job(obj, &mut out),
+        "CronJob" => validate_cron_job(obj, &mut out),
+        "PersistentVolume" => validate_volume(obj, &mut out),
+        "PersistentVolumeClaim" => validate_claim(obj, &mut out),
+        "StorageClass" => validate_storage_class(obj, &mut out),
         "Namespace" => {
             for f in strs(spec, "finalizers") {
                 validate_finalizer_name(&f, "spec.finalizers", &mut out);

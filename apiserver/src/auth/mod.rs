@@ -7,6 +7,7 @@
 
 pub mod authn;
 pub mod request_info;
+pub mod storage;
 
 use crate::http::errors::ApiResult;
 use kaji_api::resources::ResourceInfo;
@@ -245,10 +246,9 @@ pub fn authorizer(modes: &[AuthorizationMode]) -> Arc<dyn Authorizer> {
     Arc::new(AuthorizerUnion(all))
 }
 
-/// The admission plugins, in Kubernetes' order (none yet: NodeRestriction and ServiceAccount
-/// plug in here).
-pub fn admission() -> Arc<dyn Admission> {
-    Arc::new(AdmissionChain::default())
+/// The admission plugins, in Kubernetes' order (NodeRestriction and ServiceAccount plug in here).
+pub fn admission(store: &Arc<dyn crate::storage::Store>) -> Arc<dyn Admission> {
+    Arc::new(AdmissionChain(vec![Arc::new(storage::DefaultStorageClass::new(store.clone()))]))
 }
 
 /// What a write does, as admission sees it (Kubernetes' `admission.Operation`).

@@ -32,7 +32,10 @@ pub fn list_type(kind: &str, names: &[&str]) -> ListType {
 /// Maps that are replaced whole (`+mapType=atomic`, `+structType=atomic`).
 pub fn is_atomic_map(kind: &str, names: &[&str]) -> bool {
     match names {
-        ["spec", "selector"] => matches!(kind, "Service" | "Deployment" | "ReplicaSet"),
+        ["spec", "selector"] => {
+            matches!(kind, "Service" | "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "Job")
+        }
+        ["spec", "jobTemplate", "spec", "selector"] => kind == "CronJob",
         ["spec", "nodeSelector"] => kind == "Pod",
         [.., "template", "spec", "nodeSelector"] => true,
         _ => false,

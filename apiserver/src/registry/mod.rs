@@ -10,6 +10,7 @@ pub mod pod_log;
 mod pods;
 mod scale;
 mod services;
+mod volumes;
 
 use crate::auth::{Admission, AdmissionRequest, Operation, UserInfo};
 use crate::cache::Cache;
@@ -305,11 +306,21 @@ impl Registry {
         }
         match info.kind {
             // Status is the controllers' and agents' to write; Nodes register with theirs.
-            "Pod" | "Service" | "Deployment" | "ReplicaSet" | "Namespace" => {
+            "Pod"
+            | "Service"
+            | "Deployment"
+            | "ReplicaSet"
+            | "Namespace"
+            | "DaemonSet"
+            | "StatefulSet"
+            | "Job"
+            | "CronJob"
+            | "PersistentVolumeClaim" => {
                 if let Some(o) = body.as_object_mut() {
                     o.remove("status");
                 }
             }
+            "PersistentVolume" => volumes::new_volume_status(&mut body),
             _ => {}
         }
         if info.kind == "Service" {
@@ -466,6 +477,9 @@ impl Registry {
             dry_run: opts.dry_run,
         };
         self.admission.admit(&req, Some(&mut new))?;
+        if info.kind == "PersistentVolume" && sub == Some(Subresource::Status) {
+            volumes::stamp_phase_transition(&mut new, old);
+        }
         if info.tracks_generation() && meta::spec_part(&new) != meta::spec_part(old) {
             let g = meta::generation(old) + 1;
             meta_mut(&mut new).insert("generation".into(), g.into());

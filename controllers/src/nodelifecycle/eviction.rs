@@ -14,23 +14,7 @@ pub enum Eviction {
     Never,
 }
 
-/// Kubernetes' Toleration.ToleratesTaint.
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    fn set(s: &Option<String>) -> Option<&str> {
-        s.as_deref().filter(|s| !s.is_empty())
-    }
-    if set(&t.effect).is_some_and(|e| e != taint.effect) {
-        return false;
-    }
-    if set(&t.key).is_some_and(|k| k != taint.key) {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        "Exists" => true,
-        _ => false,
-    }
-}
+pub use kaji_api::scheduling::tolerates;
 
 /// Decides a pod's fate from its tolerations and its node's taints. `since` is when the pod came
 /// under the taints (the taints' `timeAdded`, or the pod's creation if later); the pod goes after

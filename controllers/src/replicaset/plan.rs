@@ -41,11 +41,11 @@ pub fn plan(rs: &ReplicaSet, pods: &[&Pod]) -> Plan {
     Plan { create: 0, delete }
 }
 
-type Rank = (bool, u8, bool, i64, Reverse<i64>, Reverse<i32>, Reverse<i64>);
+pub(crate) type Rank = (bool, u8, bool, i64, Reverse<i64>, Reverse<i32>, Reverse<i64>);
 
 /// Smaller = deleted first: unassigned, then pending < unknown < running, not ready, lower
 /// pod-deletion-cost, ready for less time, more restarts, newer.
-fn deletion_rank(pod: &Pod) -> Rank {
+pub(crate) fn deletion_rank(pod: &Pod) -> Rank {
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
     let assigned = spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());

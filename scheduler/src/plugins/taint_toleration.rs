@@ -3,26 +3,11 @@
 
 use crate::framework::{normalize_scores, CycleState, FilterPlugin, ScorePlugin, Status};
 use crate::nodeinfo::{NodeInfo, PodInfo};
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
 
 pub const NAME: &str = "TaintToleration";
 
-/// Whether a toleration matches a taint (`Toleration.ToleratesTaint`).
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    let effect = t.effect.as_deref().unwrap_or_default();
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        "Equal" | "" => t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
-        _ => false,
-    }
-}
+pub use kaji_api::scheduling::tolerates;
 
 pub struct TaintToleration;
 
@@ -74,6 +59,7 @@ impl ScorePlugin for TaintToleration {
 mod tests {
     use super::*;
     use crate::plugins::test_util::{filter, node, pod, unschedulable};
+    use k8s_openapi::api::core::v1::Taint;
     use serde_json::{json, Value};
 
     fn taint(key: &str, value: &str, effect: &str) -> Taint {
