@@ -152,7 +152,13 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(Command::Nsenter { root, id, process, tty }) = &args.command {
         // Single-threaded on purpose: setns into a mount namespace refuses threaded callers.
-        let a = kaji_runtime::nsenter::Args { root: root.clone(), id: id.clone(), process: process.clone(), tty: *tty };
+        let a = kaji_runtime::nsenter::Args {
+            root: root.clone(),
+            id: id.clone(),
+            process: process.clone(),
+            tty: *tty,
+            ..Default::default()
+        };
         std::process::exit(kaji_runtime::nsenter::main(a));
     }
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(args))

@@ -203,6 +203,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
         cgroups_path: Some(i.cgroups_path.clone()),
         join: i.joins.clone(),
         readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        // A cgroup namespace on cgroup v2 nodes (the runtime's default, containerd's too).
+        ..SpecOptions::default()
     };
     let base = default_spec(&opts).map_err(|e| format!("cannot build the container spec: {e}"))?;
     let mut spec = serde_json::to_value(&base).map_err(|e| e.to_string())?;
@@ -278,8 +280,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
     let lim = |n: &str| res.and_then(|r| r.limits.as_ref()).and_then(|l| l.get(n)).map(|q| q.0.clone());
     let req = |n: &str| res.and_then(|r| r.requests.as_ref()).and_then(|l| l.get(n)).map(|q| q.0.clone());
     // Devices: none but the runtime's defaults (null, zero, random, tty, pts...), as
-    // containerd gives a pod's containers; a privileged container gets them all. (Enforced on
-    // cgroup v1/hybrid nodes; see kaji_runtime::spec's default_resources for v2.)
+    // containerd gives a pod's containers; a privileged container gets them all (the v1 devices
+    // controller, or on cgroup v2 the runtime's eBPF device program, enforces it).
     let mut resources = json!({"devices": [{"allow": privileged, "access": "rwm"}]});
     if let Some(m) = lim("memory") {
         let bytes = crate::node::parse_bytes(&m).ok_or_else(|| format!("invalid memory limit {m:?}"))?;
@@ -301,6 +303,14 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
 
     // Mounts: defaults, then /etc files, termination log, volumes (later ones win by destination).
     let mut mounts: Vec<Value> = spec["mounts"].as_array().cloned().unwrap_or_default();
+    if privileged {
+        // As containerd gives privileged containers: their cgroups writable.
+        for m in mounts.iter_mut().filter(|m| m["type"] == "cgroup") {
+            if let Some(o) = m["options"].as_array_mut() {
+                o.retain(|o| o != "ro");
+            }
+        }
+    }
     let host_network = i.pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
     let mut extra_mounts =
         vec![bind("/etc/hosts", &i.pod_dir.hosts(), false), bind("/etc/resolv.conf", &i.pod_dir.resolv_conf(), false)];
@@ -399,6 +409,23 @@ mod tests {
             s["linux"]["namespaces"].as_array().expect("ns").iter().filter_map(|n| n["type"].as_str()).collect();
         assert!(kinds.contains(&"network") && kinds.contains(&"mount") && kinds.contains(&"pid"));
         assert!(!kinds.contains(&"uts") && !kinds.contains(&"ipc"), "not joined means the host's: {kinds:?}");
+    }
+
+    #[test]
+    fn containers_see_their_own_cgroups_read_only() {
+        let p = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let s = inputs_spec(&p, &[]).expect("builds");
+        let mounts = s["mounts"].as_array().expect("mounts");
+        let cg = mounts.iter().find(|m| m["destination"] == "/sys/fs/cgroup").expect("cgroup mount");
+        assert_eq!(cg["type"], "cgroup");
+        assert!(cg["options"].as_array().expect("options").contains(&json!("ro")));
+        let kinds: Vec<&str> =
+            s["linux"]["namespaces"].as_array().expect("ns").iter().filter_map(|n| n["type"].as_str()).collect();
+        assert_eq!(kinds.contains(&"cgroup"), kaji_runtime::cgroups::is_unified(), "{kinds:?}");
+        let p = pod(json!({"spec": {"containers": [{"name": "c", "securityContext": {"privileged": true}}]}}));
+        let s = inputs_spec(&p, &[]).expect("builds");
+        let cg = s["mounts"].as_array().expect("mounts").iter().find(|m| m["type"] == "cgroup").cloned();
+        assert!(cg.is_some_and(|m| !m["options"].as_array().is_some_and(|o| o.contains(&json!("ro")))));
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub enum Error {
     },
     #[error("cgroup {0} does not exist in any hierarchy")]
     Missing(PathBuf),
+    #[error(transparent)]
+    Devices(Box<crate::devices::Error>),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -85,22 +87,37 @@ impl Cgroup {
         move |source| Error::Manager { op, path: self.path.clone(), source: Box::new(source) }
     }
 
-    /// Creates the cgroup (adding the pid creates the directories) and applies the limits.
+    /// Creates the cgroup (adding the pid creates the directories) and applies the limits. On a
+    /// cgroup v2 host the device rules become its eBPF device program (see [`crate::devices`]).
     pub fn add_and_apply(&self, pid: Pid, resources: &LinuxResources) -> Result<()> {
         self.manager.add_task(pid).map_err(self.wrap("add process to"))?;
-        let opt = ControllerOpt { resources, disable_oom_killer: false, oom_score_adj: None, freezer_state: None };
-        self.manager.apply(&opt).map_err(self.wrap("apply limits to"))
+        self.apply(resources)?;
+        if layout()? == Layout::Unified {
+            let rules = crate::devices::with_defaults(resources.devices().as_deref().unwrap_or_default());
+            crate::devices::attach(&Path::new(ROOT).join(relative(&self.path)), &rules)
+                .map_err(|e| Error::Devices(Box::new(e)))?;
+        }
+        Ok(())
     }
 
     /// Applies the limits to an existing cgroup (see [`create_v1`]).
     pub fn apply(&self, resources: &LinuxResources) -> Result<()> {
         let opt = ControllerOpt { resources, disable_oom_killer: false, oom_score_adj: None, freezer_state: None };
-        self.manager.apply(&opt).map_err(self.wrap("apply limits to"))
+        self.manager.apply(&opt).map_err(self.wrap("apply limits to"))?;
+        if layout()? == Layout::Unified {
+            no_swap_v2(&Path::new(ROOT).join(relative(&self.path)), resources)?;
+        }
+        Ok(())
     }
 
     /// Kills what is left inside and removes the directories.
     pub fn remove(&self) -> Result<()> {
         self.manager.remove().map_err(self.wrap("remove"))
+    }
+
+    /// Everything libcgroups reads about the cgroup (`events --stats`).
+    pub fn stats(&self) -> Result<libcgroups::stats::Stats> {
+        self.manager.stats().map_err(self.wrap("read stats of"))
     }
 
     pub fn usage(&self) -> Result<Usage> {
@@ -110,6 +127,29 @@ impl Cgroup {
             cpu_usage_ns: stats.cpu.usage.usage_total,
             pids: stats.pids.current,
         })
+    }
+}
+
+/// Pure: what `memory.swap.max` must say that libcgroups leaves unwritten: a limit with as
+/// much memory+swap as memory means no swap at all, `0` (libcgroups computes 0 and skips it,
+/// leaving the default `max`: the container could swap freely).
+pub fn v2_swap_off(resources: &LinuxResources) -> bool {
+    resources.memory().as_ref().is_some_and(|m| match (m.limit(), m.swap()) {
+        (Some(limit), Some(swap)) => limit > 0 && swap == limit,
+        _ => false,
+    })
+}
+
+/// Writes `memory.swap.max` = 0 where [`v2_swap_off`] says so, as runc does; a kernel without
+/// swap accounting has no such file, and then there is no swap to turn off.
+fn no_swap_v2(dir: &Path, resources: &LinuxResources) -> Result<()> {
+    if !v2_swap_off(resources) {
+        return Ok(());
+    }
+    let file = dir.join("memory.swap.max");
+    match std::fs::write(&file, "0") {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io { op: "write", path: file, source: e }),
+        _ => Ok(()),
     }
 }
 
@@ -223,20 +263,29 @@ pub struct V1Mount {
     pub controllers: Vec<String>,
 }
 
-/// This host's cgroup v1 hierarchies, read from mountinfo once per process: they are mounted at
-/// boot and stay, while mountinfo grows with every container's mounts and is read on every
-/// container's create, OOM check and removal otherwise.
+/// The cgroup hierarchies a container joins on a v1 or hybrid host, read from mountinfo once
+/// per process (they are mounted at boot and stay, while mountinfo grows with every container's
+/// mounts and is read on every container's create, OOM check and removal otherwise): each v1
+/// hierarchy with a controller we manage, the named ones (`name=systemd`), and on a hybrid host
+/// the v2 one — every hierarchy, as runc joins them.
 pub fn v1_mounts() -> Result<&'static [V1Mount]> {
     static MOUNTS: std::sync::OnceLock<Vec<V1Mount>> = std::sync::OnceLock::new();
     if let Some(m) = MOUNTS.get() {
         return Ok(m);
     }
     let path = Path::new("/proc/self/mountinfo");
-    let mounts = parse_v1_mounts(&std::fs::read_to_string(path).map_err(io_err("read", path))?);
+    let mut mounts = parse_v1_mounts(&std::fs::read_to_string(path).map_err(io_err("read", path))?);
+    if !mounts.is_empty() && layout()? == Layout::Hybrid {
+        let unified = Path::new(ROOT).join("unified");
+        if unified.is_dir() {
+            mounts.push(V1Mount { mount_point: unified, root: PathBuf::from("/"), controllers: Vec::new() });
+        }
+    }
     Ok(MOUNTS.get_or_init(|| mounts))
 }
 
-/// Pure: the cgroup v1 mounts in a mountinfo text that carry at least one controller we manage.
+/// Pure: the cgroup v1 mounts in a mountinfo text that carry a controller we manage or a name
+/// (`name=systemd`).
 pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
     let mut mounts: Vec<V1Mount> = mountinfo
         .lines()
@@ -249,8 +298,11 @@ pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
                 return None;
             }
             let options = fs.nth(1)?;
-            let controllers: Vec<String> =
-                options.split(',').filter(|o| V1_CONTROLLERS.contains(o)).map(str::to_string).collect();
+            let controllers: Vec<String> = options
+                .split(',')
+                .filter(|o| V1_CONTROLLERS.contains(o) || o.starts_with("name="))
+                .map(str::to_string)
+                .collect();
             (!controllers.is_empty()).then(|| V1Mount {
                 mount_point: PathBuf::from(mount_point),
                 root: PathBuf::from(root),
@@ -267,8 +319,26 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| Error::Io { op, path: path.to_path_buf(), source }
 }
 
+/// Whether this is a pure cgroup v2 host (one unified hierarchy at /sys/fs/cgroup).
+pub fn is_unified() -> bool {
+    matches!(layout(), Ok(Layout::Unified))
+}
+
+/// The cgroups path of a container whose spec names none, as runc chooses it: `<id>` under the
+/// runtime's own cgroup (on v1 and hybrid hosts, under the root: a process's v1 cgroups may
+/// differ per hierarchy, and kaji's cgroup paths are one path for all of them).
+pub fn default_path(id: &str) -> PathBuf {
+    let own = match layout() {
+        Ok(Layout::Unified) => std::fs::read_to_string("/proc/self/cgroup")
+            .ok()
+            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string))),
+        _ => None,
+    };
+    Path::new(own.as_deref().unwrap_or("/")).join(id)
+}
+
 /// Whether containers get v1 cgroups here (a cgroup v1 or hybrid host with at least one v1
-/// controller hierarchy): then [`create_v1`] makes them and [`Hierarchies::enter`] moves the
+/// hierarchy): then [`create_v1`] makes them and [`Hierarchies::enter`] moves the
 /// init in; on a pure v2 host, libcgroups' manager does both.
 pub fn is_v1() -> Result<bool> {
     Ok(layout()? != Layout::Unified && !v1_mounts()?.is_empty())
@@ -362,7 +432,7 @@ fn apply_v1_direct(path: &Path, resources: &LinuxResources) -> Result<bool> {
 /// The device rules libcgroups' v1 devices controller adds after a spec's own: read, write and
 /// mknod of null, zero, full, tty, urandom, random; mknod of any device; console, pts, ptmx,
 /// tun.
-const DEFAULT_DEVICE_RULES: &[&str] = &[
+pub const DEFAULT_DEVICE_RULES: &[&str] = &[
     "c 1:3 rwm",
     "c 1:5 rwm",
     "c 1:7 rwm",
@@ -413,7 +483,7 @@ fn direct_v1_covers(r: &LinuxResources) -> bool {
 /// process runs.
 #[derive(Debug)]
 pub struct Hierarchies {
-    dirs: Vec<(OwnedFd, PathBuf)>,
+    dirs: Vec<(OwnedFd, PathBuf, &'static str)>,
 }
 
 impl Hierarchies {
@@ -427,7 +497,8 @@ impl Hierarchies {
                     .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
                     .open(&m.mount_point)
                     .map_err(io_err("open the cgroup hierarchy", &m.mount_point))?;
-                Ok((OwnedFd::from(dir), m.mount_point.clone()))
+                let file = if m.controllers.is_empty() { "cgroup.procs" } else { "tasks" };
+                Ok((OwnedFd::from(dir), m.mount_point.clone(), file))
             })
             .collect::<Result<_>>()?;
         Ok(Hierarchies { dirs })
@@ -437,9 +508,11 @@ impl Hierarchies {
     /// `0` to its `tasks` file. A thread moving itself is the one migration the kernel does
     /// without its global threadgroup lock, whose RCU grace period otherwise costs 10 ms or
     /// more per container; the caller must be single-threaded (the init is).
+    /// The v2 hierarchy of a hybrid host has no `tasks`: there the init moves its process
+    /// (itself) through `cgroup.procs`.
     pub fn enter(&self, path: &Path) -> Result<()> {
-        let tasks = relative(path).join("tasks");
-        for (dir, mount) in &self.dirs {
+        for (dir, mount, file) in &self.dirs {
+            let tasks = relative(path).join(file);
             let err =
                 |e: nix::Error| Error::Io { op: "move into the cgroup of", path: mount.join(&tasks), source: e.into() };
             let file = crate::sys::openat(dir.as_fd(), &tasks, OFlag::O_WRONLY).map_err(err)?;
@@ -530,6 +603,103 @@ pub fn remove_dir(dir: &Path) -> Result<()> {
     }
 }
 
+/// The file that says whether cgroup `path` is frozen: v2's `cgroup.freeze`, or v1's
+/// `freezer.state` (`None` without a freezer hierarchy).
+fn freezer_file(path: &Path) -> Option<PathBuf> {
+    match layout().ok()? {
+        Layout::Unified => Some(Path::new(ROOT).join(relative(path)).join("cgroup.freeze")),
+        _ => Some(v1_dir("freezer", path).ok()??.join("freezer.state")),
+    }
+}
+
+/// Whether the container's cgroup is frozen (or freezing): `pause` made it so.
+pub fn frozen(path: &Path) -> bool {
+    let text = freezer_file(path).and_then(|f| std::fs::read_to_string(f).ok()).unwrap_or_default();
+    matches!(text.trim(), "1" | "FROZEN" | "FREEZING")
+}
+
+/// Freezes or thaws every process in cgroup `path` (libcgroups' freezer, which waits for a v1
+/// freeze to complete).
+pub fn freeze(path: &Path, frozen: bool) -> Result<()> {
+    use libcgroups::common::FreezerState;
+    let cg = Cgroup::new(path)?;
+    let state = if frozen { FreezerState::Frozen } else { FreezerState::Thawed };
+    cg.manager.freeze(state).map_err(cg.wrap(if frozen { "freeze" } else { "thaw" }))
+}
+
+/// The pids of every process in cgroup `path` (and below it).
+pub fn pids(path: &Path) -> Result<Vec<Pid>> {
+    let cg = Cgroup::new(path)?;
+    cg.manager.get_all_pids().map_err(cg.wrap("list the processes of"))
+}
+
+/// Becomes readable when cgroup `path` runs out of memory: an eventfd registered on v1's
+/// `memory.oom_control` (the kernel's OOM notification), or an inotify watch on v2's
+/// `memory.events`, whose `oom_kill` counter then tells an OOM kill from other changes.
+pub struct OomWatch {
+    fd: OwnedFd,
+    /// v1: the `memory.oom_control` the eventfd is registered on, kept open.
+    _control: Option<std::fs::File>,
+    /// v2: `memory.events` and the `oom_kill` count last seen.
+    events: Option<(PathBuf, std::cell::Cell<u64>)>,
+}
+
+impl OomWatch {
+    pub fn new(path: &Path) -> Result<Self> {
+        use std::os::fd::AsRawFd;
+        if layout()? == Layout::Unified {
+            use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+            let file = Path::new(ROOT).join(relative(path)).join("memory.events");
+            let errno = |e: nix::Error| Error::Io { op: "watch", path: file.clone(), source: e.into() };
+            let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(errno)?;
+            inotify.add_watch(&file, AddWatchFlags::IN_MODIFY).map_err(errno)?;
+            let seen = std::fs::read_to_string(&file).map(|t| parse_oom_kill(&t)).unwrap_or(0);
+            let fd = inotify.as_fd().try_clone_to_owned().map_err(|source| Error::Io {
+                op: "watch",
+                path: file.clone(),
+                source,
+            })?;
+            return Ok(OomWatch { fd, _control: None, events: Some((file, std::cell::Cell::new(seen))) });
+        }
+        let dir = v1_dir("memory", path)?.ok_or_else(|| Error::Missing(path.to_path_buf()))?;
+        let control_path = dir.join("memory.oom_control");
+        let control = std::fs::File::open(&control_path).map_err(io_err("open", &control_path))?;
+        let efd = nix::sys::eventfd::EventFd::from_value_and_flags(
+            0,
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+        )
+        .map_err(|e| Error::Io {
+            op: "create an eventfd for",
+            path: control_path.clone(),
+            source: e.into(),
+        })?;
+        let fd = OwnedFd::from(efd);
+        let register = dir.join("cgroup.event_control");
+        std::fs::write(&register, format!("{} {}", fd.as_raw_fd(), control.as_raw_fd()))
+            .map_err(io_err("register an OOM notification in", &register))?;
+        Ok(OomWatch { fd, _control: Some(control), events: None })
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Takes the wake-up; whether it was an OOM (v2: the `oom_kill` counter went up).
+    pub fn fired(&self) -> bool {
+        let mut buf = [0u8; 4096];
+        let _ = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&self.fd), &mut buf);
+        match &self.events {
+            None => true,
+            Some((file, seen)) => {
+                let now = std::fs::read_to_string(file).map(|t| parse_oom_kill(&t)).unwrap_or(0);
+                let fired = now > seen.get();
+                seen.set(now);
+                fired
+            }
+        }
+    }
+}
+
 /// How many processes the kernel OOM killer killed in this cgroup (0 if unknown).
 pub fn oom_kills(path: &Path) -> u64 {
     let file = match layout() {
@@ -553,7 +723,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_v1_controller_mounts_and_skips_named_and_v2_ones() {
+    fn finds_v1_controller_and_named_mounts_and_skips_v2_ones() {
         let info = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
                     32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
                     35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
@@ -569,6 +739,7 @@ mod tests {
             vec![
                 mount("/sys/fs/cgroup/cpu,cpuacct", "/", &["cpu", "cpuacct"]),
                 mount("/sys/fs/cgroup/memory", "/docker/abc", &["memory"]),
+                mount("/sys/fs/cgroup/systemd", "/", &["name=systemd"]),
             ]
         );
     }
@@ -714,6 +885,15 @@ mod tests {
             let _ = remove(&p);
         }
         result
+    }
+
+    #[test]
+    fn swap_is_turned_off_where_memory_and_memory_plus_swap_are_equal() -> anyhow::Result<()> {
+        assert!(v2_swap_off(&resources(Some(48 << 20))?));
+        assert!(!v2_swap_off(&resources(Some(64 << 20))?), "some swap asked for");
+        assert!(!v2_swap_off(&resources(Some(-1))?), "unlimited swap");
+        assert!(!v2_swap_off(&resources(None)?), "nothing said about swap");
+        Ok(())
     }
 
     #[test]

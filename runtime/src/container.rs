@@ -45,6 +45,8 @@ pub enum Error {
         #[source]
         source: nix::Error,
     },
+    #[error("container {0} has no cgroup (its spec has no cgroupsPath)")]
+    NoCgroup(String),
     #[error("failed to start container {id}")]
     Start {
         id: String,
@@ -123,6 +125,10 @@ pub trait ContainerRuntime {
     /// Sets the size of the container's terminal (`process.terminal`); its process gets
     /// SIGWINCH. [`Error::NoTerminal`] for a container without one.
     fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()>;
+    /// Freezes every process of a running container: its status becomes [`Status::Paused`].
+    fn pause(&self, id: &str) -> Result<()>;
+    /// Thaws a paused container.
+    fn resume(&self, id: &str) -> Result<()>;
 }
 
 /// What both backends share: the state root and the helper binary that runs the shim.
@@ -188,8 +194,12 @@ impl Common {
     fn state(&self, id: &str) -> Result<State> {
         let (dir, record) = self.record(id)?;
         let mut exit = state::read_json::<Exit>(&dir.exit())?;
-        let alive = nix::sys::signal::kill(Pid::from_raw(record.pid), None).is_ok();
-        if exit.is_none() && !alive {
+        let alive = match record.detached {
+            // Nobody reaps it for us: a zombie is stopped, and a recycled pid is someone else.
+            true => state::process_alive(record.pid, record.start_time),
+            false => nix::sys::signal::kill(Pid::from_raw(record.pid), None).is_ok(),
+        };
+        if exit.is_none() && !alive && !record.detached {
             // The init is gone but its shim, still running, has not recorded the exit yet (it
             // drains the logs first): wait for the record rather than report an exit without its
             // code, which a caller would take for a kill.
@@ -197,7 +207,10 @@ impl Common {
                 exit = Some(e);
             }
         }
-        let status = state::status(exit.as_ref(), alive, dir.created_marker().exists());
+        let mut status = state::status(exit.as_ref(), alive, dir.created_marker().exists());
+        if status == Status::Running && record.cgroups_path.as_deref().is_some_and(cgroups::frozen) {
+            status = Status::Paused;
+        }
         Ok(State {
             oci_version: state::OCI_VERSION.into(),
             id: record.id,
@@ -210,9 +223,16 @@ impl Common {
         })
     }
 
-    /// Waits for the shim's exit record (see [`await_exit`]).
+    /// Waits for the shim's exit record (see [`await_exit`]); for a detached container, which
+    /// has none, for its init to exit (its code is its reaper's to know).
     fn wait(&self, id: &str, timeout: Option<Duration>) -> Result<Exit> {
         let (dir, record) = self.record(id)?;
+        if record.detached {
+            return match await_process(record.pid, record.start_time, timeout) {
+                true => Ok(Exit { code: 0, signal: None, oom_killed: false }),
+                false => Err(Error::Timeout(id.into())),
+            };
+        }
         match await_exit(&dir, record.shim_pid, timeout)? {
             Waited::Exit(exit) => Ok(exit),
             Waited::TimedOut => Err(Error::Timeout(id.into())),
@@ -237,6 +257,19 @@ impl Common {
         Ok(st)
     }
 
+    /// Freezes (`pause`) or thaws (`resume`) every process of the container.
+    fn freeze(&self, id: &str, frozen: bool) -> Result<()> {
+        let st = self.state(id)?;
+        let wanted = if frozen { Status::Running } else { Status::Paused };
+        if st.status != wanted {
+            let wanted = if frozen { "running" } else { "paused" };
+            return Err(Error::WrongState { id: id.into(), status: st.status, wanted });
+        }
+        let (_, record) = self.record(id)?;
+        let path = record.cgroups_path.ok_or_else(|| Error::NoCgroup(id.into()))?;
+        Ok(cgroups::freeze(&path, frozen)?)
+    }
+
     /// Stops the container if needed and waits for its shim to record the exit.
     fn stop_for_delete(&self, id: &str, force: bool, kill: impl Fn() -> Result<()>) -> Result<Record> {
         let st = self.state(id)?;
@@ -246,6 +279,12 @@ impl Common {
         }
         if st.status != Status::Stopped {
             kill()?;
+            // A frozen process dies of SIGKILL only once thawed (cgroup v1's freezer).
+            if st.status == Status::Paused {
+                if let Some(p) = &record.cgroups_path {
+                    cgroups::freeze(p, false)?;
+                }
+            }
             match self.wait(id, Some(Duration::from_secs(10))) {
                 Ok(_) | Err(Error::ShimGone(_)) => {}
                 Err(e) => return Err(e),
@@ -258,11 +297,16 @@ impl Common {
         if let Some(p) = &record.cgroups_path {
             cgroups::remove(p)?;
         }
+        if let Some(rootfs) = &record.shared_mounts {
+            crate::rootfs::unmount_below(rootfs);
+        }
         // The shim may still be writing exit.json, and lets go of the container's mounts after
         // it (see `shim::hold_mounts`): wait for it to end, so nothing of the container is left
         // when delete returns.
         let dir = self.dir(id)?;
-        if let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(record.shim_pid)) {
+        // A detached container has no shim (its shim_pid is the long gone creator's).
+        let shim = (!record.detached).then(|| sys::pidfd_open(Pid::from_raw(record.shim_pid)).ok()).flatten();
+        if let Some(pidfd) = shim {
             let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
             let _ = nix::poll::poll(&mut fds, PollTimeout::from(5000u16));
         }
@@ -438,6 +482,12 @@ impl ContainerRuntime for Native {
     fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
         self.common.resize(id, cols, rows)
     }
+    fn pause(&self, id: &str) -> Result<()> {
+        self.common.freeze(id, true)
+    }
+    fn resume(&self, id: &str) -> Result<()> {
+        self.common.freeze(id, false)
+    }
 }
 
 /// The reference backend: any OCI runtime binary with runc's command line, driven with the same
@@ -530,6 +580,12 @@ impl ContainerRuntime for Runc {
     fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<()> {
         self.common.resize(id, cols, rows)
     }
+    fn pause(&self, id: &str) -> Result<()> {
+        self.run("pause", id, &[], &[])
+    }
+    fn resume(&self, id: &str) -> Result<()> {
+        self.run("resume", id, &[], &[])
+    }
 }
 
 /// How long `state` waits for a running shim to record the exit of an init that is gone.
@@ -577,6 +633,29 @@ fn await_exit(dir: &Dir, shim_pid: i32, timeout: Option<Duration>) -> Result<Wai
     Ok(state::read_json::<Exit>(&dir.exit())?.map_or(Waited::ShimGone, Waited::Exit))
 }
 
+/// Waits up to `timeout` (`None`: forever) for the process `pid` that started at `start` to
+/// exit; true once it has (or never was).
+fn await_process(pid: i32, start: Option<u64>, timeout: Option<Duration>) -> bool {
+    let Ok(pidfd) = sys::pidfd_open(Pid::from_raw(pid)) else { return true };
+    if !state::process_alive(pid, start) {
+        return true;
+    }
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let left = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => PollTimeout::try_from(d.saturating_duration_since(std::time::Instant::now()))
+                .unwrap_or(PollTimeout::MAX),
+        };
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, left) {
+            Ok(0) => return false,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,6 +679,9 @@ mod tests {
             backend: "native".into(),
             annotations: Default::default(),
             hooks: None,
+            detached: false,
+            start_time: None,
+            shared_mounts: None,
         };
         state::write_json(&dir.record(), &record)?;
         nix::unistd::mkfifo(&dir.exited(), nix::sys::stat::Mode::from_bits_truncate(0o600))?;

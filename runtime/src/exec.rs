@@ -209,7 +209,7 @@ pub(crate) fn native(
     }
     let [i, o, e] = s.child;
     cmd.stdin(i).stdout(o).stderr(e);
-    let spawned = sys::spawn(&mut cmd, Some((report_w, nsenter::REPORT_FD)), false);
+    let spawned = sys::spawn(&mut cmd, vec![(report_w, nsenter::REPORT_FD)], false);
     // Our copies of the command's ends must go, or its exit would not close the streams.
     drop(cmd);
     let mut child = spawned.map_err(|source| Error::Shim { helper: helper.to_path_buf(), source })?;
@@ -265,7 +265,7 @@ pub(crate) fn runc(
     cmd.arg(&file).arg("--pid-file").arg(&pid_file).arg(id);
     let [i, o, e] = s.child;
     cmd.stdin(i).stdout(o).stderr(e);
-    let spawned = sys::spawn(&mut cmd, None, opts.tty);
+    let spawned = sys::spawn(&mut cmd, Vec::new(), opts.tty);
     drop(cmd);
     let runc_error = |message: String| Error::Runc { binary: binary.into(), verb: "exec", id: id.into(), message };
     let mut child = spawned.map_err(|e| runc_error(e.to_string()))?;

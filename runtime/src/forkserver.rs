@@ -180,6 +180,6 @@ fn spawn(helper: &Path, root: &Path) -> io::Result<Server> {
         socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(io::Error::from)?;
     let mut cmd = Command::new(helper);
     cmd.arg("fork-server").arg("--root").arg(root).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let child = sys::spawn(&mut cmd, Some((theirs, FD)), false)?;
+    let child = sys::spawn(&mut cmd, vec![(theirs, FD)], false)?;
     Ok(Server { sock: ours, child })
 }

@@ -49,6 +49,14 @@ pub enum Error {
     Cgroups(#[from] cgroups::Error),
     #[error("the shim did not make the container's cgroups")]
     CgroupsNotReady,
+    #[error("failed to set sysctl {key}")]
+    Sysctl {
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to set oom_score_adj")]
+    OomScoreAdj(#[source] std::io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -119,6 +127,16 @@ pub struct Context<'a> {
     pub hook_state: State,
     /// Where a startContainer hook failure is reported to `start` (see `Dir::start_status`).
     pub start_status: Option<std::fs::File>,
+    /// Fds 3 to 2 + N are passed to the container's process (see [`Prepared::exec`]).
+    pub preserve_fds: u32,
+    /// Move the rootfs onto / and chroot instead of pivot_root.
+    pub no_pivot: bool,
+    /// The init outlives its creator once set up (no parent death signal after `ready`).
+    pub detached: bool,
+    /// Added to the process's environment.
+    pub extra_env: &'a [String],
+    /// The container's cgroups path (the spec's, or the default one).
+    pub cgroups_path: Option<&'a Path>,
 }
 
 /// What the init needs from the shim at its two synchronisation points.
@@ -150,10 +168,24 @@ fn state(template: &State, status: Status) -> State {
 fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never> {
     let spec = ctx.spec;
     let process = spec.process().as_ref().ok_or(Error::NotFound(String::new()))?;
+    let with_env;
+    let process = match ctx.extra_env.is_empty() {
+        true => process,
+        false => {
+            let mut p = process.clone();
+            p.env_mut().get_or_insert_with(Vec::new).extend(ctx.extra_env.iter().cloned());
+            with_env = p;
+            &with_env
+        }
+    };
     crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;
     // Nothing may ptrace or read /proc/<pid>/fd of the init while it holds host handles (as
     // runc's init, since CVE-2016-9962); exec makes the container's process dumpable again.
     nix::sys::prctl::set_dumpable(false).map_err(sys("make the init non-dumpable"))?;
+    // While it may still raise it (lowering it needs no privilege, raising it CAP_SYS_RESOURCE).
+    if let Some(adj) = process.oom_score_adj() {
+        std::fs::write("/proc/self/oom_score_adj", adj.to_string()).map_err(Error::OomScoreAdj)?;
+    }
     namespaces::join(&ctx.plan.join_in_child)?;
     let mut cgroup = match ctx.cgroup.take() {
         Some(entry) => Some(PendingCgroup { hierarchies: cgroups::Hierarchies::open()?, entry }),
@@ -170,8 +202,20 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
         Some("shared") | Some("rshared") => MsFlags::MS_SHARED,
         _ => MsFlags::MS_PRIVATE,
     };
-    let root = rootfs::prepare(std::mem::replace(&mut ctx.rootfs, rootfs::Source::Dir(Path::new("/"))), propagation)?;
+    // Without a mount namespace of its own (runc allows it) the mounts are the host's.
+    let own_mounts = ctx.plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWNS);
+    let source = std::mem::replace(&mut ctx.rootfs, rootfs::Source::Dir(Path::new("/")));
+    let root = rootfs::prepare(source, propagation, own_mounts)?;
+    let cgroupns = ctx.plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        || ctx.plan.join_in_child.iter().any(|(f, _)| *f == nix::sched::CloneFlags::CLONE_NEWCGROUP);
     for m in spec.mounts().iter().flatten() {
+        if m.typ().as_deref() == Some("cgroup") {
+            // It shows the cgroups the init is in: only now does it wait for them.
+            enter_cgroups(&mut cgroup)?;
+            let flags = rootfs::parse_options(m.options().as_deref().unwrap_or_default()).flags;
+            crate::cgroupfs::mount(&root, m.destination(), flags, cgroupns, ctx.cgroups_path)?;
+            continue;
+        }
         rootfs::mount_one(&root, m)?;
     }
     if spec
@@ -180,19 +224,32 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
         .flatten()
         .any(|m| m.destination() == Path::new("/dev") && m.typ().as_deref() == Some("tmpfs"))
     {
-        rootfs::populate_dev(&root)?;
+        let devices = spec.linux().as_ref().and_then(|l| l.devices().clone()).unwrap_or_default();
+        rootfs::populate_dev(&root, &devices)?;
     }
     if hooks::any(ctx.hooks, &[Point::Prestart, Point::CreateRuntime, Point::CreateContainer]) {
         enter_cgroups(&mut cgroup)?;
         parent.runtime_hooks().map_err(Error::Sync)?;
     }
     hooks::run_all(ctx.hooks, Point::CreateContainer, &state(&ctx.hook_state, Status::Creating), Some(&root))?;
-    rootfs::pivot(&root)?;
-    rootfs::harden(spec)?;
+    match (own_mounts, ctx.no_pivot) {
+        (false, _) => rootfs::chroot(&root)?,
+        (true, true) => rootfs::move_root(&root)?,
+        (true, false) => rootfs::pivot(&root)?,
+    }
+    // Before /proc/sys is made read-only (runc's order).
+    for (key, value) in spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()).into_iter().flatten() {
+        let path = Path::new("/proc/sys").join(key.replace('.', "/"));
+        std::fs::write(&path, value.as_bytes()).map_err(|source| Error::Sysctl { key: key.clone(), source })?;
+    }
+    rootfs::harden(spec, own_mounts)?;
 
     if ctx.plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUTS) {
         if let Some(h) = spec.hostname() {
             nix::unistd::sethostname(h).map_err(sys("set hostname"))?;
+        }
+        if let Some(d) = spec.domainname() {
+            crate::sys::set_domainname(d).map_err(sys("set domainname"))?;
         }
     }
     let hardening = prepare_process(spec, process)?;
@@ -221,6 +278,9 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
         nix::unistd::setsid().map_err(sys("start a session for the terminal"))?;
         crate::sys::set_controlling_terminal(0).map_err(sys("set the controlling terminal"))?;
     }
+    if ctx.detached {
+        crate::sys::clear_parent_death_signal().map_err(sys("clear the parent death signal"))?;
+    }
     parent.ready().map_err(Error::Start)?;
     let mut byte = [0u8; 1];
     ctx.start.read_exact(&mut byte).map_err(Error::Start)?;
@@ -233,7 +293,7 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
             return Err(e.into());
         }
     }
-    let err = prepared.exec();
+    let err = prepared.exec(ctx.preserve_fds);
     let _ = std::io::stderr().write_all(b"kaji-runtime: exec failed\n");
     Err(err)
 }
@@ -246,11 +306,21 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// execve(2); returns only on failure. SIGPIPE goes back to its default first: every Rust
-    /// program (this helper included) starts with it ignored, an ignored signal stays ignored
-    /// across exec, and a container process must die of a closed pipe as it would under runc.
-    pub fn exec(&self) -> Error {
-        let _ = crate::sys::set_ignored(nix::sys::signal::Signal::SIGPIPE, false);
+    /// execve(2); returns only on failure. Before it: every signal back to its default action
+    /// and none blocked ([`crate::sys::reset_signals`]: whatever the runtime inherited must not
+    /// reach the container's process), fds 3 to 2 + `preserve_fds` passed, every fd above them
+    /// close-on-exec.
+    pub fn exec(&self, preserve_fds: u32) -> Error {
+        let first_closed = 3 + preserve_fds as i32;
+        for fd in 3..first_closed {
+            if let Err(source) = crate::sys::clear_cloexec(fd) {
+                return Error::Sys { op: format!("pass fd {fd}"), source };
+            }
+        }
+        if let Err(source) = crate::sys::cloexec_from(first_closed) {
+            return Error::Sys { op: format!("close fds from {first_closed} on exec"), source };
+        }
+        crate::sys::reset_signals();
         match nix::unistd::execve(&self.exe, &self.args, &self.env) {
             Err(source) => Error::Sys { op: format!("exec {}", self.exe.to_string_lossy()), source },
             Ok(never) => match never {},
@@ -383,8 +453,11 @@ fn set_user_and_caps(process: &Process) -> Result<()> {
     caps::set(None, CapSet::Permitted, &get(|c| c.permitted())).map_err(Error::Caps)?;
     caps::set(None, CapSet::Inheritable, &get(|c| c.inheritable())).map_err(Error::Caps)?;
     caps::clear(None, CapSet::Ambient).map_err(Error::Caps)?;
+    // Best effort, as runc: the kernel refuses (EPERM) an ambient capability that is not both
+    // permitted and inheritable, and `runc spec` lists ambient capabilities it does not make
+    // inheritable; such a spec still runs, with the ambient capabilities it can have.
     for cap in get(|c| c.ambient()) {
-        caps::raise(None, CapSet::Ambient, cap).map_err(Error::Caps)?;
+        let _ = caps::raise(None, CapSet::Ambient, cap);
     }
     Ok(())
 }

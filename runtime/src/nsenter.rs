@@ -26,11 +26,11 @@ use crate::state::{self, Dir, Record};
 use crate::sys::{self, Forked};
 use crate::{cgroups, init, spec};
 
-/// The fd on which the helper reports to its caller.
+/// The fd on which the helper reports to its caller (3 + N when N fds are passed through).
 pub const REPORT_FD: i32 = 3;
 
 /// Arguments of the hidden `nsenter` subcommand.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Args {
     pub root: PathBuf,
     pub id: String,
@@ -38,6 +38,15 @@ pub struct Args {
     pub process: PathBuf,
     /// stdin is a terminal that becomes the command's controlling terminal.
     pub tty: bool,
+    /// Open a terminal inside the container (on its devpts, as `runc exec -t` does) and send
+    /// its master over the socket on fd 4 + `preserve_fds`; the command's stdio is its slave.
+    pub new_tty: bool,
+    /// Fds 3 to 2 + N are passed to the command; the report pipe is then fd 3 + N.
+    pub preserve_fds: u32,
+    /// Exit once the command runs: it is left to our caller's reaper (`runc exec --detach`).
+    pub detach: bool,
+    /// Run the command in this sub-cgroup of the container's (`[controller:]path`).
+    pub cgroup: Option<String>,
 }
 
 /// The namespaces an exec'd process joins, in the order they are joined: the mount namespace
@@ -66,13 +75,27 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// Entry point of `kaji-runtime nsenter`; returns the process exit code to exit with.
 pub fn main(args: Args) -> i32 {
-    let Some(fd) = sys::take_inherited_fd(REPORT_FD) else {
-        eprintln!("kaji-runtime nsenter: no report pipe on fd {REPORT_FD} (this verb is run by the runtime)");
+    let report_fd = REPORT_FD + args.preserve_fds as i32;
+    let Some(fd) = sys::take_inherited_fd(report_fd) else {
+        eprintln!("kaji-runtime nsenter: no report pipe on fd {report_fd} (this verb is run by the runtime)");
         return 255;
     };
     let _ = nix::fcntl::fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
     let mut report = File::from(fd);
-    match run(&args, &mut report) {
+    let console = match args.new_tty {
+        true => match sys::take_inherited_fd(report_fd + 1) {
+            Some(c) => {
+                let _ = nix::fcntl::fcntl(c.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
+                Some(c)
+            }
+            None => {
+                let _ = writeln!(report, "error: no terminal socket on fd {}", report_fd + 1);
+                return 255;
+            }
+        },
+        false => None,
+    };
+    match run(&args, &mut report, console) {
         Ok(code) => code,
         Err(msg) => {
             let _ = writeln!(report, "error: {msg}");
@@ -100,7 +123,7 @@ fn namespaces_of(pid: i32) -> Result<Vec<(File, CloneFlags)>, Failure> {
     Ok(out)
 }
 
-fn run(args: &Args, report: &mut File) -> Result<i32, Failure> {
+fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, Failure> {
     let dir = Dir::new(&args.root, &args.id).map_err(|e| chain(&e))?;
     let record = state::read_json::<Record>(&dir.record())
         .map_err(|e| chain(&e))?
@@ -121,7 +144,12 @@ fn run(args: &Args, report: &mut File) -> Result<i32, Failure> {
     }
     drop(pidfd);
     if let Some(path) = &record.cgroups_path {
-        cgroups::join(path, nix::unistd::getpid()).map_err(|e| chain(&e))?;
+        let path = match args.cgroup.as_deref() {
+            // runc's "[controller:]path": the sub-cgroup in every hierarchy that has it.
+            Some(sub) => path.join(sub.rsplit_once(':').map_or(sub, |(_, p)| p).trim_start_matches('/')),
+            None => path.clone(),
+        };
+        cgroups::join(&path, nix::unistd::getpid()).map_err(|e| chain(&e))?;
     }
     for (file, flag) in &namespaces {
         nix::sched::setns(file, *flag).map_err(|e| format!("failed to join {flag:?} namespace: {e}"))?;
@@ -132,7 +160,7 @@ fn run(args: &Args, report: &mut File) -> Result<i32, Failure> {
     match sys::fork().map_err(|e| format!("failed to fork: {e}"))? {
         Forked::Child => {
             drop(err_r);
-            let err = child(&spec, &process, args.tty, me);
+            let err = child(&spec, &process, args, console, me);
             let mut w = File::from(err_w);
             let _ = w.write_all(err.as_bytes());
             std::process::exit(255);
@@ -152,6 +180,9 @@ fn run(args: &Args, report: &mut File) -> Result<i32, Failure> {
                 return Err(why);
             }
             let _ = writeln!(report, "ok {pid}");
+            if args.detach {
+                return Ok(0);
+            }
             let code = wait(pid);
             let _ = writeln!(report, "exit {code}");
             Ok(code)
@@ -174,25 +205,50 @@ fn wait(pid: Pid) -> i32 {
 /// In the forked child, now inside the container's PID namespace: become a session leader
 /// (with the terminal as controlling terminal), harden as the spec says, exec. Returns only
 /// the reason it failed.
-fn child(spec: &oci_spec::runtime::Spec, process: &Process, tty: bool, parent: Pid) -> String {
-    if let Err(e) = sys::set_parent_death_signal() {
-        return format!("failed to set parent death signal: {e}");
+fn child(
+    spec: &oci_spec::runtime::Spec,
+    process: &Process,
+    args: &Args,
+    console: Option<OwnedFd>,
+    parent: Pid,
+) -> String {
+    // A detached command outlives us; otherwise it must not outlive its helper.
+    if !args.detach {
+        if let Err(e) = sys::set_parent_death_signal() {
+            return format!("failed to set parent death signal: {e}");
+        }
     }
     // Seen from inside a PID namespace it joined, the parent (outside) is pid 0.
     let ppid = nix::unistd::getppid();
     if ppid != parent && ppid.as_raw() != 0 {
         return "the exec helper exited".into();
     }
+    if let Some(sock) = console {
+        // On the container's own devpts: `tty` in it shows /dev/pts/N.
+        let (master, slave) = match sys::open_pty(None) {
+            Ok(p) => p,
+            Err(e) => return format!("failed to open a terminal in the container: {e}"),
+        };
+        if let Err(e) = sys::send_fd(std::os::fd::AsFd::as_fd(&sock), std::os::fd::AsFd::as_fd(&master)) {
+            return format!("failed to pass the terminal: {e}");
+        }
+        drop((master, sock));
+        for fd in 0..3 {
+            if let Err(e) = nix::unistd::dup2(slave.as_raw_fd(), fd) {
+                return format!("failed to set up the terminal as stdio: {e}");
+            }
+        }
+    }
     if let Err(e) = nix::unistd::setsid() {
         return format!("failed to start a session: {e}");
     }
-    if tty {
+    if args.tty || args.new_tty {
         if let Err(e) = sys::set_controlling_terminal(0) {
             return format!("failed to set the controlling terminal: {e}");
         }
     }
     match init::apply_process(spec, process) {
-        Ok(prepared) => chain(&prepared.exec()),
+        Ok(prepared) => chain(&prepared.exec(args.preserve_fds)),
         Err(e) => chain(&e),
     }
 }

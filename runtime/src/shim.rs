@@ -8,23 +8,22 @@
 //! stays single-threaded, so its forks, and their clone(), are safe.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::cgroups::{self, Cgroup};
-use crate::hooks::{self, chain, Point};
+use crate::cgroups;
+use crate::hooks::chain;
+use crate::launch::{self, fifo, log_pipes, stdin_fifo, Failure, Launched, Pty, Streams};
 use crate::logs::{LineWriter, Stream};
-use crate::state::{self, Dir, Exit, Record, State, Status};
-use crate::sys::{self, Forked};
-use crate::{init, namespaces, rootfs, spec};
+use crate::state::{self, Dir, Exit, Record};
+use crate::{spec, sys};
 
 /// What a shim is asked to run: a fork server's request.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -40,20 +39,6 @@ pub struct Args {
     pub stdin: bool,
 }
 
-/// A launched container the shim now monitors.
-struct Launched {
-    pid: Pid,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
-    cgroups_path: Option<PathBuf>,
-    stdin: Option<Keeper>,
-    /// With `process.terminal`: `stdout` is its master, and this is what else the shim does
-    /// with it.
-    terminal: Option<Terminal>,
-    /// The container's mount namespace, held until the exit is recorded (see [`hold_mounts`]).
-    mounts: Option<OwnedFd>,
-}
-
 /// The shim's side of a container's terminal: resize requests arrive on `resize` (the fifo
 /// [`Dir::resize`], opened read-write so it never reads end of file), and with `stdin`, the
 /// stdin fifo's read end is copied into `master` by a thread of its own.
@@ -64,19 +49,12 @@ struct Terminal {
 }
 
 impl Terminal {
-    /// The terminal around `master`, and a second fd of it for the log pump to read.
-    fn output(master: File, resize: File, stdin: Option<OwnedFd>) -> Result<(OwnedFd, Terminal), Failure> {
-        let reader = master.try_clone().map_err(|e| format!("failed to dup the terminal: {e}"))?;
-        Ok((OwnedFd::from(reader), Terminal { master, resize, stdin }))
+    /// The terminal the shim received, and a second fd of its master for the log pump to read.
+    fn output(pty: Pty) -> Result<(OwnedFd, Terminal), Failure> {
+        let resize = pty.resize.ok_or("no resize fifo for the terminal")?;
+        let reader = pty.master.try_clone().map_err(|e| format!("failed to dup the terminal: {e}"))?;
+        Ok((OwnedFd::from(reader), Terminal { master: pty.master, resize, stdin: pty.stdin }))
     }
-}
-
-/// Set up before clone for a terminal: the init sends the master over `theirs`, the shim
-/// receives it on `ours`.
-struct Pty {
-    ours: std::os::unix::net::UnixStream,
-    theirs: OwnedFd,
-    resize: File,
 }
 
 /// Copies the stdin fifo into the terminal until end of file (every writer, the shim's keeper
@@ -108,36 +86,6 @@ fn parse_size(line: &[u8]) -> Option<(u16, u16)> {
     parts.next().is_none().then_some((cols, rows))
 }
 
-/// The shim's hold on the container's stdin: `keeper` is a write end of the fifo, so the process
-/// does not read end of file between attach sessions; a byte on `close` drops it.
-struct Keeper {
-    _keeper: OwnedFd,
-    close: File,
-}
-
-/// Creates the stdin fifo and its close fifo in the state dir. Returns the read end for the
-/// container's fd 0 and the shim's [`Keeper`]. The fifos live in the state dir, so they outlive
-/// any agent and go away with `delete`.
-fn stdin_fifo(dir: &Dir) -> Result<(OwnedFd, Keeper), Failure> {
-    use nix::sys::stat::Mode;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.stdin();
-    let fail = |what: &str, e: nix::Error| format!("failed to {what} {}: {e}", path.display());
-    nix::unistd::mkfifo(&path, Mode::from_bits_truncate(0o600)).map_err(|e| fail("create", e))?;
-    let open_err = |e: std::io::Error| format!("failed to open {}: {e}", path.display());
-    // Non-blocking so the open does not wait for a writer; the process then reads blocking.
-    let read = File::options().read(true).custom_flags(libc::O_NONBLOCK).open(&path).map_err(open_err)?;
-    let keeper = File::options().write(true).open(&path).map_err(open_err)?;
-    nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&read), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
-        .map_err(|e| fail("configure", e))?;
-    let (read, keeper) = (OwnedFd::from(read), OwnedFd::from(keeper));
-    // Polling it waits for a writer's byte.
-    let close = fifo(&dir.stdin_close())?;
-    Ok((read, Keeper { _keeper: keeper, close }))
-}
-
-type Failure = String;
-
 /// The shim, in a single-threaded process of its own (forked by the fork server).
 /// Prints one line on stdout — `ok <pid>` or `error: <why>` — then keeps running in a session of
 /// its own until the container exits.
@@ -150,7 +98,22 @@ pub fn run(args: Args) -> i32 {
             return 1;
         }
     };
-    let launched = if args.runc.is_some() { launch_runc(&args, &dir) } else { launch_native(&args, &dir) };
+    let launched = match args.runc.is_some() {
+        true => launch_runc(&args, &dir),
+        false => {
+            let req = launch::Request {
+                id: &args.id,
+                bundle: &args.bundle,
+                streams: Streams::Shim { stdin: args.stdin },
+                log_path: args.log.as_deref(),
+                preserve_fds: 0,
+                no_pivot: false,
+                detached: false,
+                extra_env: Vec::new(),
+            };
+            launch::native(&req, &dir)
+        }
+    };
     let mut out = std::io::stdout();
     let mut launched = match launched {
         Ok(l) => l,
@@ -188,312 +151,6 @@ fn exited_fifo(dir: &Dir) -> Option<File> {
     fifo(&dir.exited()).ok()
 }
 
-/// A reference to the mount namespace of process `pid`, so that its exit does not tear the
-/// namespace down: the last reference to go unmounts the container's tree, and the kernel then
-/// waits for an expedited RCU grace period (`namespace_unlock`) before the exiting process
-/// becomes a zombie — 0.3–0.5 ms between the container's exit and the shim seeing it, on this
-/// 2-core VM. Held by the shim until the exit is recorded, the wait moves after the waiters are
-/// told, and overlaps `delete`'s cgroup removal (delete then waits for the shim to end, so no
-/// mount of the container outlives it). `None` if it cannot be opened: the exit is then only
-/// that much slower.
-fn hold_mounts(pid: Pid) -> Option<OwnedFd> {
-    File::open(format!("/proc/{pid}/ns/mnt")).ok().map(OwnedFd::from)
-}
-
-/// (read end, write end) of a log pipe.
-type Pipe = (OwnedFd, OwnedFd);
-
-fn log_pipes(args: &Args) -> Result<(Option<Pipe>, Option<Pipe>), Failure> {
-    if args.log.is_none() {
-        return Ok((None, None));
-    }
-    let p = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create log pipe: {e}"));
-    Ok((Some(p()?), Some(p()?)))
-}
-
-fn null_fd() -> Result<OwnedFd, Failure> {
-    File::options()
-        .write(true)
-        .open("/dev/null")
-        .map(OwnedFd::from)
-        .map_err(|e| format!("failed to open /dev/null: {e}"))
-}
-
-/// The init's side of the shim's sync pipes (see [`init::Parent`]).
-struct ToShim {
-    go: File,
-    rep: File,
-}
-
-impl init::Parent for ToShim {
-    fn runtime_hooks(&mut self) -> std::io::Result<()> {
-        self.rep.write_all(b"hooks\n")?;
-        let mut b = [0u8; 1];
-        self.go.read_exact(&mut b)
-    }
-    fn ready(&mut self) -> std::io::Result<()> {
-        self.rep.write_all(b"ready\n")
-    }
-}
-
-/// Makes a fifo and opens it read-write: opening never blocks, and a read blocks until someone
-/// writes.
-fn fifo(path: &Path) -> Result<File, Failure> {
-    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .map_err(|e| format!("failed to create {}: {e}", path.display()))?;
-    File::options().read(true).write(true).open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))
-}
-
-fn launch_native(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
-    let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
-    spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
-    let linux = spec.linux().as_ref().ok_or("spec has no linux section")?;
-    let plan = namespaces::plan(linux.namespaces().as_deref().unwrap_or_default()).map_err(|e| chain(&e))?;
-    if !plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWNS) {
-        return Err("the native backend needs a new mount namespace (namespace type mount without path)".into());
-    }
-    let created = jiff::Timestamp::now().to_string();
-    let hooks = spec.hooks().as_ref();
-    let hook_state = State {
-        oci_version: state::OCI_VERSION.into(),
-        id: args.id.clone(),
-        status: Status::Creating,
-        pid: 0,
-        bundle: args.bundle.clone(),
-        created: created.clone(),
-        annotations: spec.annotations().clone().unwrap_or_default(),
-        exit: None,
-    };
-    let start = fifo(&dir.fifo())?;
-    let start_status = match hooks::any(hooks, &[Point::StartContainer]) {
-        true => Some(fifo(&dir.start_status())?),
-        false => None,
-    };
-    File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
-    let rootfs_dir = spec::rootfs_path(&spec, &args.bundle).map_err(|e| chain(&e))?;
-    let lower = spec::lowerdirs(&spec);
-    if lower.is_some() {
-        for d in [dir.rootfs(), dir.upper(), dir.work()] {
-            std::fs::create_dir_all(&d).map_err(|e| format!("failed to create {}: {e}", d.display()))?;
-        }
-    }
-    let terminal = spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
-    // A terminal carries every stream; otherwise pipes, read by the shim into the log.
-    let (out_pipe, err_pipe) = if terminal { (None, None) } else { log_pipes(args)? };
-    // The init opens the terminal inside the container and sends us its master.
-    let pty = match terminal {
-        true => {
-            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-                .map_err(|e| format!("failed to create the terminal socket: {e}"))?;
-            Some(Pty { ours, theirs: OwnedFd::from(theirs), resize: fifo(&dir.resize())? })
-        }
-        false => None,
-    };
-    let (stdin, keeper) = match args.stdin {
-        true => stdin_fifo(dir).map(|(r, k)| (Some(r), Some(k)))?,
-        false => (None, None),
-    };
-    // With a terminal, the shim copies stdin into it: the process reads the terminal.
-    let (stdin, tty_stdin) = if terminal { (None, stdin) } else { (stdin, None) };
-    let (go_r, go_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
-    let (rep_r, rep_w) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
-    namespaces::join(&plan.join_before_clone).map_err(|e| chain(&e))?;
-    let cgroups_path = linux.cgroups_path().clone();
-    // v1/hybrid: we make the cgroups and apply their limits while the init builds its rootfs,
-    // and tell it on `ready` when it can move itself in (see `init::CgroupEntry`). Made in
-    // turn, before the clone, they were ~1 ms of every create.
-    let v1 = match cgroups_path {
-        Some(_) => cgroups::is_v1().map_err(|e| chain(&e))?,
-        None => false,
-    };
-    let ready = match v1 {
-        true => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?),
-        false => None,
-    };
-    // A new cgroup namespace is rooted at the cgroup its creator is in, and the init enters
-    // (v1) or is moved into (v2) its cgroups after the clone: it makes the namespace itself,
-    // once inside.
-    let mut clone_flags = plan.clone_flags;
-    let new_cgroup_namespace = cgroups_path.is_some() && clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWCGROUP);
-    if new_cgroup_namespace {
-        clone_flags.remove(nix::sched::CloneFlags::CLONE_NEWCGROUP);
-    }
-
-    let (upper, work, target) = (dir.upper(), dir.work(), dir.rootfs());
-    let cloned = sys::clone_process(clone_flags).map_err(|e| format!("failed to clone container init: {e}"))?;
-    match cloned {
-        Forked::Child => {
-            drop((go_w, rep_r));
-            let cgroup = match (ready, &cgroups_path) {
-                (Some((r, w)), Some(path)) => {
-                    drop(w);
-                    Some(init::CgroupEntry { ready: File::from(r), path: path.clone() })
-                }
-                _ => None,
-            };
-            let mut to_shim = ToShim { go: File::from(go_r), rep: File::from(rep_w) };
-            let mut b = [0u8; 1];
-            if to_shim.go.read_exact(&mut b).is_err() {
-                std::process::exit(1);
-            }
-            let fd = |p: Option<(OwnedFd, OwnedFd)>| match p {
-                Some((_r, w)) => Ok(w),
-                None => null_fd(),
-            };
-            let (streams, terminal) = match pty {
-                Some(p) => (null_fd().and_then(|o| Ok((None, o, null_fd()?))), Some(p.theirs)),
-                None => (fd(out_pipe).and_then(|o| Ok((stdin, o, fd(err_pipe)?))), None),
-            };
-            let (stdin, stdout, stderr) = match streams {
-                Ok(s) => s,
-                Err(m) => {
-                    let _ = writeln!(to_shim.rep, "error: {m}");
-                    std::process::exit(1);
-                }
-            };
-            let source = match &lower {
-                Some(l) => rootfs::Source::Overlay { lower: l, upper: &upper, work: &work, target: &target },
-                None => rootfs::Source::Dir(&rootfs_dir),
-            };
-            let ctx = init::Context {
-                spec: &spec,
-                cgroup,
-                new_cgroup_namespace,
-                rootfs: source,
-                plan: &plan,
-                stdin,
-                stdout,
-                stderr,
-                terminal,
-                start,
-                hooks,
-                hook_state,
-                start_status,
-            };
-            let err = init::run(ctx, &mut to_shim);
-            let _ = writeln!(to_shim.rep, "error: {}", chain(&err));
-            std::process::exit(1);
-        }
-        Forked::Parent(pid) => {
-            drop((go_r, rep_w, start, start_status, stdin));
-            let ready = ready.map(|(r, w)| {
-                drop(r);
-                File::from(w)
-            });
-            let remove_cgroup = || {
-                if let Some(p) = &cgroups_path {
-                    let _ = cgroups::remove(p);
-                }
-            };
-            // The init's end of the terminal socket is the init's alone.
-            let pty = pty.map(|Pty { ours, theirs, resize }| {
-                drop(theirs);
-                (ours, resize)
-            });
-            let stderr = err_pipe.map(|(r, _w)| r);
-            let fail = |msg: String| -> Failure {
-                let _ = kill(pid, Signal::SIGKILL);
-                let _ = waitpid(pid, None);
-                remove_cgroup();
-                // A failed create continues the lifecycle at delete, which runs poststop.
-                let stopped = State { status: Status::Stopped, ..hook_state.clone() };
-                hooks::run_all_warn(hooks, Point::Poststop, &stopped, Some(&args.bundle));
-                msg
-            };
-            // v1: the init starts its setup now and enters its cgroups once we say they are
-            // ready; otherwise (cgroup v2) it waits until we have moved it in. Either way before
-            // any hook or user code runs.
-            let mut go = File::from(go_w);
-            let default = Default::default();
-            let resources = linux.resources().as_ref().unwrap_or(&default);
-            if let (Some(p), Some(mut ready)) = (&cgroups_path, ready) {
-                // An init that fails first says why on `rep`, read below: a write to it that
-                // fails here is not the error to report.
-                let _ = go.write_all(b"g");
-                if let Err(e) = cgroups::create_v1(p).and_then(|()| cgroups::apply_v1(p, resources)) {
-                    return Err(fail(chain(&e)));
-                }
-                let _ = ready.write_all(b"ok\n");
-            } else {
-                if let Some(p) = &cgroups_path {
-                    if let Err(e) = Cgroup::new(p).and_then(|cg| cg.add_and_apply(pid, resources)) {
-                        return Err(fail(chain(&e)));
-                    }
-                }
-                if go.write_all(b"g").is_err() {
-                    return Err(fail("container init exited before setup".into()));
-                }
-            }
-            let mut rep = BufReader::new(File::from(rep_r));
-            loop {
-                let mut line = String::new();
-                let _ = rep.read_line(&mut line);
-                match line.trim_end() {
-                    "ready" => break,
-                    "hooks" => {
-                        let creating = State { pid: pid.as_raw(), ..hook_state.clone() };
-                        for point in [Point::Prestart, Point::CreateRuntime] {
-                            if let Err(e) = hooks::run_all(hooks, point, &creating, Some(&args.bundle)) {
-                                return Err(fail(chain(&e)));
-                            }
-                        }
-                        if go.write_all(b"g").is_err() {
-                            return Err(fail("container init exited during setup".into()));
-                        }
-                    }
-                    "" => return Err(fail("container init exited during setup".into())),
-                    other => return Err(fail(other.strip_prefix("error: ").unwrap_or(other).to_string())),
-                }
-            }
-            // The init sent its terminal's master before reporting ready.
-            let (stdout, terminal) = match pty {
-                Some((sock, resize)) => {
-                    let master = match sys::recv_fd(sock.as_fd()) {
-                        Ok(Some(fd)) => File::from(fd),
-                        Ok(None) => return Err(fail("the init sent no terminal".into())),
-                        Err(e) => return Err(fail(format!("failed to receive the terminal: {e}"))),
-                    };
-                    match Terminal::output(master, resize, tty_stdin) {
-                        Ok((reader, t)) => (Some(reader), Some(t)),
-                        Err(e) => return Err(fail(e)),
-                    }
-                }
-                None => (out_pipe.map(|(r, _w)| r), None),
-            };
-            let record =
-                Record { hooks: hooks.cloned(), ..record(args, pid, created, cgroups_path.clone(), "native", &spec) };
-            if let Err(e) = state::write_json(&dir.record(), &record) {
-                return Err(fail(chain(&e)));
-            }
-            let mounts = hold_mounts(pid);
-            Ok(Launched { pid, stdout, stderr, cgroups_path, stdin: keeper, terminal, mounts })
-        }
-    }
-}
-
-fn record(
-    args: &Args,
-    pid: Pid,
-    created: String,
-    cgroups_path: Option<PathBuf>,
-    backend: &str,
-    spec: &oci_spec::runtime::Spec,
-) -> Record {
-    Record {
-        id: args.id.clone(),
-        pid: pid.as_raw(),
-        shim_pid: nix::unistd::getpid().as_raw(),
-        bundle: args.bundle.clone(),
-        created,
-        cgroups_path,
-        log_path: args.log.clone(),
-        backend: backend.to_string(),
-        annotations: spec.annotations().clone().unwrap_or_default(),
-        hooks: None,
-    }
-}
-
 fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let binary = args.runc.as_deref().ok_or("no runc binary")?;
     let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
@@ -507,7 +164,7 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     // With a terminal, runc makes it in the container and sends us its master over a console
     // socket; the process's stdio is the terminal. Otherwise runc passes its own stdio through.
     let console = if terminal { Some(ConsoleSocket::bind()?) } else { None };
-    let (out_pipe, err_pipe) = if terminal { (None, None) } else { log_pipes(args)? };
+    let (out_pipe, err_pipe) = if terminal { (None, None) } else { log_pipes(args.log.is_some())? };
     let (stdin, keeper) = match args.stdin {
         true => stdin_fifo(dir).map(|(r, k)| (Some(r), Some(k)))?,
         false => (None, None),
@@ -546,17 +203,15 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| format!("{} create wrote no pid file", binary.display()))?;
-    let (stdout, terminal) = match console {
-        Some(c) => {
-            let (reader, t) = Terminal::output(c.receive()?, fifo(&dir.resize())?, tty_stdin)?;
-            (Some(reader), Some(t))
-        }
-        None => (stdout, None),
+    let terminal = match console {
+        Some(c) => Some(Pty { master: c.receive()?, resize: Some(fifo(&dir.resize())?), stdin: tty_stdin }),
+        None => None,
     };
     let cgroups_path = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone());
     // runc runs the spec's hooks itself.
-    let record =
-        record(args, Pid::from_raw(pid), jiff::Timestamp::now().to_string(), cgroups_path.clone(), "runc", &spec);
+    let created = jiff::Timestamp::now().to_string();
+    let base = launch::record(&args.id, &args.bundle, Pid::from_raw(pid), created, cgroups_path.clone(), "runc", &spec);
+    let record = Record { log_path: args.log.clone(), ..base };
     state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
     Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper, terminal, mounts: None })
 }
@@ -638,14 +293,19 @@ impl Pump {
 
 fn monitor(args: &Args, l: Launched) -> Exit {
     let mut log = args.log.as_ref().and_then(|p| File::options().create(true).append(true).open(p).ok());
-    let writer = |s| if l.terminal.is_some() { LineWriter::interactive(s) } else { LineWriter::new(s) };
-    let mut pumps: Vec<Pump> = [(l.stdout, Stream::Stdout), (l.stderr, Stream::Stderr)]
+    let (stdout, mut terminal) = match l.terminal.map(Terminal::output) {
+        Some(Ok((reader, t))) => (Some(reader), Some(t)),
+        // Without its terminal the shim still records the exit.
+        Some(Err(_)) => (None, None),
+        None => (l.stdout, None),
+    };
+    let writer = |s| if terminal.is_some() { LineWriter::interactive(s) } else { LineWriter::new(s) };
+    let mut pumps: Vec<Pump> = [(stdout, Stream::Stdout), (l.stderr, Stream::Stderr)]
         .into_iter()
         .filter_map(|(fd, s)| fd.map(|fd| Pump { fd, writer: writer(s), open: true }))
         .collect();
     let pidfd = sys::pidfd_open(l.pid).ok();
     let mut stdin = l.stdin;
-    let mut terminal = l.terminal;
     if let Some(t) = terminal.as_mut() {
         if let (Some(from), Ok(to)) = (t.stdin.take(), t.master.try_clone()) {
             let _ = std::thread::Builder::new().name("stdin".into()).spawn(move || copy_stdin(from, to));

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
-    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, Mount, MountBuilder,
+    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, Mount,
     ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 
@@ -45,6 +45,20 @@ pub enum Error {
     HookTimeout { point: crate::hooks::Point, path: PathBuf, timeout: i64 },
     #[error("failed to build spec")]
     Build(#[source] oci_spec::OciSpecError),
+    #[error("{field} path {path:?} must be absolute and without \"..\"")]
+    Path { field: &'static str, path: String },
+    #[error("unable to restrict sys entries without a private MNT namespace")]
+    MaskWithoutMountNamespace,
+    #[error("annotation {0} needs a private MNT namespace")]
+    OverlayWithoutMountNamespace(&'static str),
+    #[error("unable to set hostname without a private UTS namespace")]
+    HostnameWithoutUts,
+    #[error("sysctl {key:?} {why}")]
+    Sysctl { key: String, why: &'static str },
+    #[error("invalid netDevices entry {name:?}: {why}")]
+    NetDevice { name: String, why: &'static str },
+    #[error("user namespace mappings specified, but user namespace isn't enabled in the config")]
+    MappingsWithoutUserNamespace,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -112,7 +126,124 @@ pub fn validate(spec: &Spec, bundle: &Path) -> Result<()> {
             return Err(Error::CgroupPath(s.into_owned()));
         }
     }
+    validate_paths(spec, linux)?;
+    validate_sysctl(linux)?;
+    validate_net_devices(linux)?;
     validate_hooks(spec)
+}
+
+/// Whether the spec creates a namespace of `typ`, or joins one by path.
+fn has_namespace(linux: &oci_spec::runtime::Linux, typ: LinuxNamespaceType) -> bool {
+    linux.namespaces().iter().flatten().any(|n| n.typ() == typ)
+}
+
+/// Masked and read-only paths are absolute (the runtime-spec's rule: a relative one would be
+/// resolved against wherever the init happens to be), and need a mount namespace to be
+/// confined to the container; so does an overlay rootfs.
+fn validate_paths(spec: &Spec, linux: &oci_spec::runtime::Linux) -> Result<()> {
+    for (field, list) in [("maskedPaths", linux.masked_paths()), ("readonlyPaths", linux.readonly_paths())] {
+        for p in list.iter().flatten() {
+            let path = Path::new(p);
+            if !path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir) {
+                return Err(Error::Path { field, path: p.clone() });
+            }
+        }
+    }
+    let own_mounts =
+        linux.namespaces().iter().flatten().any(|n| n.typ() == LinuxNamespaceType::Mount && n.path().is_none());
+    if !own_mounts {
+        if linux.masked_paths().iter().flatten().next().is_some()
+            || linux.readonly_paths().iter().flatten().next().is_some()
+        {
+            return Err(Error::MaskWithoutMountNamespace);
+        }
+        if lowerdirs(spec).is_some() {
+            return Err(Error::OverlayWithoutMountNamespace(ANNOTATION_LOWERDIRS));
+        }
+    }
+    if spec.hostname().as_deref().is_some_and(|h| !h.is_empty()) && !has_namespace(linux, LinuxNamespaceType::Uts) {
+        return Err(Error::HostnameWithoutUts);
+    }
+    let mappings = linux.uid_mappings().iter().flatten().next().is_some()
+        || linux.gid_mappings().iter().flatten().next().is_some();
+    if mappings && !has_namespace(linux, LinuxNamespaceType::User) {
+        return Err(Error::MappingsWithoutUserNamespace);
+    }
+    Ok(())
+}
+
+/// Only sysctls of a namespace the container has of its own, as runc allows them.
+fn validate_sysctl(linux: &oci_spec::runtime::Linux) -> Result<()> {
+    const IPC: &[&str] = &[
+        "kernel.msgmax",
+        "kernel.msgmnb",
+        "kernel.msgmni",
+        "kernel.sem",
+        "kernel.shmall",
+        "kernel.shmmax",
+        "kernel.shmmni",
+        "kernel.shm_rmid_forced",
+    ];
+    let host_net = || match linux.namespaces().iter().flatten().find(|n| n.typ() == LinuxNamespaceType::Network) {
+        None => true,
+        // Joining the namespace we are in is joining the host's.
+        Some(n) => n.path().as_ref().is_some_and(|p| same_file(p, Path::new("/proc/self/ns/net"))),
+    };
+    for key in linux.sysctl().iter().flatten().map(|(k, _)| k) {
+        let err = |why| Err(Error::Sysctl { key: key.clone(), why });
+        if IPC.contains(&key.as_str()) || key.starts_with("fs.mqueue.") {
+            if !has_namespace(linux, LinuxNamespaceType::Ipc) {
+                return err("is not allowed in the hosts ipc namespace");
+            }
+        } else if key.starts_with("net.") {
+            if host_net() {
+                return err("not allowed in host network namespace");
+            }
+        } else if key == "kernel.domainname" && has_namespace(linux, LinuxNamespaceType::Uts) {
+        } else if key == "kernel.hostname" && has_namespace(linux, LinuxNamespaceType::Uts) {
+            return err("is not allowed as it conflicts with the OCI \"hostname\" field");
+        } else {
+            return err("is not in a separate kernel namespace");
+        }
+    }
+    Ok(())
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Pure: whether `name` can name a network interface (IFNAMSIZ, no `/`, `:` or whitespace).
+pub fn valid_interface_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+}
+
+/// `linux.netDevices`: interface names that can exist, moved into a network namespace the
+/// container has of its own.
+fn validate_net_devices(linux: &oci_spec::runtime::Linux) -> Result<()> {
+    let Some(devices) = linux.net_devices().as_ref().filter(|d| !d.is_empty()) else { return Ok(()) };
+    let own_net = linux.namespaces().iter().flatten().any(|n| n.typ() == LinuxNamespaceType::Network);
+    for (host, dev) in devices {
+        let err = |why| Err(Error::NetDevice { name: host.clone(), why });
+        if !own_net {
+            return err("network devices need a network namespace of the container's own");
+        }
+        if !valid_interface_name(host) {
+            return err("not a valid interface name");
+        }
+        if dev.name().as_deref().is_some_and(|n| !valid_interface_name(n)) {
+            return err("its name in the container is not a valid interface name");
+        }
+    }
+    Ok(())
 }
 
 fn validate_hooks(spec: &Spec) -> Result<()> {
@@ -165,9 +296,8 @@ pub fn default_capabilities() -> HashSet<Capability> {
 /// No device but the runtime's defaults (null, zero, full, random, urandom, tty, console, pts,
 /// ptmx, tun: the list libcgroups adds), as `runc spec` writes it: a new v1 devices cgroup
 /// otherwise inherits "a *:* rwm", and with CAP_MKNOD in the default set a container could make
-/// and open any of the host's devices. Enforced on cgroup v1 and hybrid hosts; on a pure v2
-/// host it needs libcgroups' eBPF device filter (its `cgroupsv2_devices` feature, which builds
-/// libbpf), not built yet.
+/// and open any of the host's devices. Enforced by the v1 devices controller, and on a cgroup v2
+/// host by the runtime's eBPF device program (see `devices`).
 fn default_resources() -> Result<oci_spec::runtime::LinuxResources> {
     let deny_all = oci_spec::runtime::LinuxDeviceCgroupBuilder::default()
         .allow(false)
@@ -177,21 +307,10 @@ fn default_resources() -> Result<oci_spec::runtime::LinuxResources> {
     oci_spec::runtime::LinuxResourcesBuilder::default().devices(vec![deny_all]).build().map_err(Error::Build)
 }
 
-/// The mounts every container gets (runc's default spec without the cgroup mount).
+/// The mounts every container gets: runc's default set, /sys/fs/cgroup included (a read-only
+/// view of the container's own cgroups: JVMs and Go runtimes read their limits there).
 pub fn default_mounts() -> Vec<Mount> {
     oci_spec::runtime::get_default_mounts()
-        .into_iter()
-        .filter(|m| m.typ().as_deref() != Some("cgroup"))
-        .chain(std::iter::once(
-            MountBuilder::default()
-                .destination("/sys/fs/cgroup")
-                .typ("tmpfs")
-                .source("tmpfs")
-                .options(vec!["nosuid".into(), "noexec".into(), "nodev".into(), "ro".into()])
-                .build()
-                .expect("static mount is valid"),
-        ))
-        .collect()
 }
 
 /// What [`default_spec`] needs from the caller.
@@ -206,6 +325,9 @@ pub struct SpecOptions {
     /// Namespaces to join by path instead of creating (e.g. the pod sandbox's net/ipc/uts).
     pub join: Vec<(LinuxNamespaceType, PathBuf)>,
     pub readonly_rootfs: bool,
+    /// A cgroup namespace of its own, so that /sys/fs/cgroup shows its own cgroup as the root.
+    /// By default on a cgroup v2 host, as containerd does.
+    pub cgroup_namespace: bool,
 }
 
 impl Default for SpecOptions {
@@ -219,6 +341,7 @@ impl Default for SpecOptions {
             cgroups_path: None,
             join: Vec::new(),
             readonly_rootfs: false,
+            cgroup_namespace: crate::cgroups::is_unified(),
         }
     }
 }
@@ -264,6 +387,10 @@ pub fn default_spec(opts: &SpecOptions) -> Result<Spec> {
             b = b.path(path.clone());
         }
         namespaces.push(b.build().map_err(Error::Build)?);
+    }
+    if opts.cgroup_namespace {
+        namespaces
+            .push(LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::Cgroup).build().map_err(Error::Build)?);
     }
     let mut linux = LinuxBuilder::default()
         .namespaces(namespaces)

@@ -39,6 +39,8 @@ pub enum Status {
     Creating,
     Created,
     Running,
+    /// Running, but frozen (`pause`).
+    Paused,
     Stopped,
 }
 
@@ -61,6 +63,18 @@ pub struct Record {
     /// Only the native backend keeps them; runc runs its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<oci_spec::runtime::Hooks>,
+    /// No shim watches it (the CLI made it, as `runc create` does, and left the init to its
+    /// caller's reaper): nobody records its exit, and whether it runs is the init's liveness.
+    #[serde(default)]
+    pub detached: bool,
+    /// The init's start time (clock ticks after boot, `/proc/<pid>/stat` field 22): a pid the
+    /// kernel reused for another process after the init was reaped is not the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// Without a mount namespace of its own the container mounted in the host's, below this
+    /// rootfs: `delete` unmounts what is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_mounts: Option<PathBuf>,
 }
 
 impl Record {
@@ -223,6 +237,31 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>>
     }
 }
 
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22), if it exists.
+pub fn start_time(pid: i32) -> Option<u64> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?).map(|(_, t)| t)
+}
+
+/// Pure: the state letter and the start time from a `/proc/<pid>/stat` line (the command name,
+/// in parentheses, may itself contain spaces and parentheses).
+pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 3 is the state; the start time is field 22.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Whether the process `pid` is the one that started at `start` and has not exited (a zombie
+/// has); without a start time to compare, whether `pid` exists and is not a zombie.
+pub fn process_alive(pid: i32, start: Option<u64>) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_stat) {
+        Some((state, t)) => !matches!(state, 'Z' | 'X') && start.is_none_or(|s| s == t),
+        None => false,
+    }
+}
+
 /// Pure: the OCI status from what is on disk and whether the init is alive.
 pub fn status(exit: Option<&Exit>, alive: bool, created_marker: bool) -> Status {
     match (exit, alive, created_marker) {
@@ -243,6 +282,18 @@ mod tests {
         assert_eq!(status(None, false, true), Status::Stopped);
         assert_eq!(status(None, true, true), Status::Created);
         assert_eq!(status(None, true, false), Status::Running);
+    }
+
+    #[test]
+    fn stat_lines_give_state_and_start_time_whatever_the_command_name() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 90 0 0 0 0 0 0 0 20 0 1 0 987654 1110016 ...";
+        assert_eq!(parse_stat(line), Some(('S', 987654)));
+        assert_eq!(parse_stat("1 (x) Z"), None);
+        let me = std::process::id() as i32;
+        let mine = start_time(me);
+        assert!(mine.is_some());
+        assert!(process_alive(me, mine));
+        assert!(!process_alive(me, mine.map(|t| t + 1)), "a recycled pid is not the process");
     }
 
     #[test]

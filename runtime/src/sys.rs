@@ -91,6 +91,119 @@ pub fn load_seccomp_filter(bpf: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+/// `mount_setattr(2)` on the mount at `path` (and, `recursive`, every mount below it): sets
+/// and clears `MOUNT_ATTR_*` attributes (see [`crate::mountopts::attr`]).
+pub fn mount_setattr(path: &std::path::Path, recursive: bool, set: u64, clear: u64) -> Result<(), Errno> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let flags = if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: `c` is a NUL-terminated path and `attr` a struct mount_attr (the kernel's layout,
+    // its size passed along), both valid for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// `bpf(BPF_PROG_LOAD)` of a `BPF_PROG_TYPE_CGROUP_DEVICE` program (`struct bpf_insn` bytes).
+/// On failure, the error and the verifier's log.
+pub fn bpf_load_device_program(insns: &[u8]) -> Result<OwnedFd, (std::io::Error, String)> {
+    /// The head of `union bpf_attr` for BPF_PROG_LOAD; the kernel reads zeros for the rest.
+    #[repr(C)]
+    #[derive(Default)]
+    struct ProgLoad {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+    }
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
+    let license = c"Apache";
+    let mut log = vec![0u8; 64 * 1024];
+    let load = |with_log: bool, log: &mut Vec<u8>| {
+        let attr = ProgLoad {
+            prog_type: BPF_PROG_TYPE_CGROUP_DEVICE,
+            insn_cnt: (insns.len() / 8) as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: u32::from(with_log),
+            log_size: if with_log { log.len() as u32 } else { 0 },
+            log_buf: if with_log { log.as_mut_ptr() as u64 } else { 0 },
+            ..Default::default()
+        };
+        // SAFETY: `attr` points at the instructions, the license and the log buffer, all alive
+        // for the call; its size is passed and the kernel reads no more than that.
+        unsafe {
+            libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr as *const ProgLoad, std::mem::size_of::<ProgLoad>())
+        }
+    };
+    let fd = load(false, &mut log);
+    if fd >= 0 {
+        // SAFETY: bpf(2) just returned this descriptor; nothing else owns it.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    }
+    let err = std::io::Error::last_os_error();
+    // Once more with the verifier's log, to say why.
+    let _ = load(true, &mut log);
+    let text = String::from_utf8_lossy(log.split(|b| *b == 0).next().unwrap_or_default()).trim().to_string();
+    Err((err, text))
+}
+
+/// `bpf(BPF_PROG_ATTACH)` of a device program to the cgroup directory `cgroup`, with
+/// `BPF_F_ALLOW_MULTI` (programs of the ancestors keep deciding too).
+pub fn bpf_attach_device_program(cgroup: RawFd, prog: RawFd) -> std::io::Result<()> {
+    #[repr(C)]
+    struct ProgAttach {
+        target_fd: u32,
+        attach_bpf_fd: u32,
+        attach_type: u32,
+        attach_flags: u32,
+        replace_bpf_fd: u32,
+    }
+    const BPF_PROG_ATTACH: libc::c_long = 8;
+    const BPF_CGROUP_DEVICE: u32 = 6;
+    const BPF_F_ALLOW_MULTI: u32 = 2;
+    let attr = ProgAttach {
+        target_fd: cgroup as u32,
+        attach_bpf_fd: prog as u32,
+        attach_type: BPF_CGROUP_DEVICE,
+        attach_flags: BPF_F_ALLOW_MULTI,
+        replace_bpf_fd: 0,
+    };
+    // SAFETY: `attr` is a valid, fully initialised attribute block of the size passed.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_PROG_ATTACH, &attr as *const ProgAttach, std::mem::size_of::<ProgAttach>())
+    };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `pidfd_open(2)`: a file descriptor that becomes readable when `pid` exits.
 pub fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
     // SAFETY: plain syscall with integer arguments; the result is checked before use.
@@ -117,24 +230,100 @@ pub fn set_parent_death_signal() -> Result<(), Errno> {
     Errno::result(ret).map(drop)
 }
 
+/// Undoes [`set_parent_death_signal`]: a container left to its caller's reaper (runc's
+/// `create`) outlives the process that made it.
+pub fn clear_parent_death_signal() -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments only.
+    let ret = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) };
+    Errno::result(ret).map(drop)
+}
+
+/// Marks every fd from `first` up close-on-exec (`close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`),
+/// as runc does before the container's process starts: nothing the caller leaked reaches it
+/// beyond stdio and the fds it was asked to pass.
+pub fn cloexec_from(first: RawFd) -> Result<(), Errno> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range with integer arguments only; with CLOEXEC it closes nothing.
+    let ret =
+        unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Clears close-on-exec on `fd` (an fd passed to the container's process).
+pub fn clear_cloexec(fd: RawFd) -> Result<(), Errno> {
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty())).map(drop)
+}
+
+/// Every signal back to its default action and none blocked: what the container's process
+/// starts with, whatever the runtime inherited (a shell's `nohup` ignores SIGHUP, systemd
+/// ignores SIGPIPE for services, Rust ignores SIGPIPE at start-up, an engine may block some)
+/// — an ignored signal stays ignored across exec and the mask is inherited, so a process
+/// started without this would, for example, never see the SIGHUP that asks it to reload.
+pub fn reset_signals() {
+    /// The kernel's `struct sigaction` (x86-64 and arm64 layout): the C library's wrapper
+    /// refuses the signals it reserves for itself (32 and 33), which an ignoring parent may
+    /// still have passed on, so the syscall is made directly.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction with a valid struct (SIG_DFL: no handler code runs) and the
+        // kernel's sigset size; no old action is read back.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &dfl as *const KernelSigaction,
+                std::ptr::null_mut::<u8>(),
+                8usize,
+            );
+        }
+    }
+    // SAFETY: an empty set, initialised by sigemptyset, and no old mask read back.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
+}
+
 /// Spawns `cmd` (a fresh exec of a helper or of runc, never a fork that keeps running our code)
-/// with, between fork and exec: `extra` installed as fd `target` (a report pipe beside the
-/// stdio), and with `terminal`, a new session whose controlling terminal is stdin (runc bridges
-/// its own terminal to the one it makes in the container, and needs one to do that).
-pub fn spawn(cmd: &mut Command, extra: Option<(OwnedFd, RawFd)>, terminal: bool) -> std::io::Result<Child> {
-    let fd = extra.as_ref().map(|(fd, target)| (fd.as_raw_fd(), *target));
-    // SAFETY: the closure runs in the forked child before exec and only calls dup2, fcntl,
-    // setsid and ioctl, which are async-signal-safe; it touches no heap, lock or Rust state.
+/// with, between fork and exec: each of `extra` installed as its target fd (report pipes beside
+/// the stdio), and with `terminal`, a new session whose controlling terminal is stdin (runc
+/// bridges its own terminal to the one it makes in the container, and needs one to do that).
+pub fn spawn(cmd: &mut Command, extra: Vec<(OwnedFd, RawFd)>, terminal: bool) -> std::io::Result<Child> {
+    let fds: Vec<(RawFd, RawFd)> = extra.iter().map(|(fd, target)| (fd.as_raw_fd(), *target)).collect();
+    // Above every source and target: the sources are first moved there, so installing one
+    // target can never close a source that is still to be installed.
+    let floor = fds.iter().map(|(a, b)| (*a).max(*b)).max().unwrap_or(0) + 1;
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl, dup2,
+    // close, setsid and ioctl, which are async-signal-safe; it touches no heap (`fds` was built
+    // before the fork and is only read), lock or Rust state.
     unsafe {
         cmd.pre_exec(move || {
-            let check = |ret: libc::c_int| if ret < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
-            if let Some((raw, target)) = fd {
-                if raw == target {
-                    // dup2 onto itself keeps FD_CLOEXEC: clear it so the fd survives exec.
-                    check(libc::fcntl(raw, libc::F_SETFD, 0))?;
-                } else {
-                    check(libc::dup2(raw, target))?;
-                }
+            let check = |ret: libc::c_int| if ret < 0 { Err(std::io::Error::last_os_error()) } else { Ok(ret) };
+            let mut moved = [0 as RawFd; 8];
+            if fds.len() > moved.len() {
+                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            for (i, (raw, _)) in fds.iter().enumerate() {
+                moved[i] = check(libc::fcntl(*raw, libc::F_DUPFD_CLOEXEC, floor))?;
+            }
+            for (i, (_, target)) in fds.iter().enumerate() {
+                // dup2 clears FD_CLOEXEC on the new fd, so it survives exec.
+                check(libc::dup2(moved[i], *target))?;
+                libc::close(moved[i]);
             }
             if terminal {
                 check(libc::setsid())?;
@@ -228,10 +417,27 @@ pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> std::io::Res
     Ok(())
 }
 
+/// A terminal's size (TIOCGWINSZ): (cols, rows).
+pub fn window_size(fd: BorrowedFd<'_>) -> std::io::Result<(u16, u16)> {
+    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes a winsize through the pointer, which is valid for the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((ws.ws_col, ws.ws_row))
+}
+
 /// Makes the terminal on `fd` this session leader's controlling terminal (TIOCSCTTY).
 pub fn set_controlling_terminal(fd: RawFd) -> Result<(), Errno> {
     // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal from another session).
     let ret = unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) };
+    Errno::result(ret).map(drop)
+}
+
+/// setdomainname(2), which nix does not wrap.
+pub fn set_domainname(name: &str) -> Result<(), Errno> {
+    // SAFETY: the pointer and length describe `name`'s bytes, valid for the call.
+    let ret = unsafe { libc::setdomainname(name.as_ptr().cast(), name.len()) };
     Errno::result(ret).map(drop)
 }
 

@@ -356,11 +356,20 @@ fn the_cli_runs_every_hook_around_run() -> anyhow::Result<()> {
     fx.created.push("cli2".into());
     let cli = |args: &[&str]| Command::new(HELPER).arg("--root").arg(&fx.state_root).args(args).output();
     let bundle = bundle.display().to_string();
-    assert!(cli(&["create", "cli2", "--bundle", &bundle])?.status.success());
+    // As with runc, `create` hands its stdio to the container: not pipes this test waits on.
+    let created = Command::new(HELPER)
+        .arg("--root")
+        .arg(&fx.state_root)
+        .args(["create", "cli2", "--bundle", &bundle])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    assert!(created.success());
     let start = cli(&["start", "cli2"])?;
     assert!(start.status.success());
     let stderr = String::from_utf8_lossy(&start.stderr);
-    assert!(stderr.contains("WARN") && stderr.contains("poststart"), "{stderr}");
+    assert!(stderr.contains("level=warning") && stderr.contains("poststart"), "{stderr}");
     fx.native().wait("cli2", Some(Duration::from_secs(30)))?;
     assert!(cli(&["delete", "cli2"])?.status.success());
     assert_eq!(hd.points()[6..], POINTS);
