@@ -70,8 +70,10 @@ pub struct Config {
     pub node_ip: IpAddr,
     /// Everything the agent keeps: images, container state, pod directories, logs.
     pub root_dir: PathBuf,
-    /// Pod cgroups go under `<cgroup_parent>/kubepods/...` in every hierarchy.
+    /// Pod cgroups go under `<cgroup_parent>/kubepods/...` in every hierarchy (cgroupfs driver).
     pub cgroup_parent: String,
+    /// How pod cgroups are laid out and made (see [`cgroup::Driver`]).
+    pub cgroup_driver: cgroup::Driver,
     pub backend: Backend,
     /// The binary re-executed as each container's shim (`<it> shim ...`).
     pub shim_binary: PathBuf,
@@ -108,6 +110,7 @@ impl Config {
             node_ip,
             root_dir: root_dir.into(),
             cgroup_parent: "kaji".into(),
+            cgroup_driver: cgroup::Driver::Cgroupfs,
             backend: Backend::Native,
             shim_binary: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("kaji-agent")),
             server_addr: None,
@@ -140,6 +143,10 @@ impl Config {
     }
     pub fn pods_dir(&self) -> PathBuf {
         self.root_dir.join("pods")
+    }
+    /// The cgroup every pod cgroup goes below.
+    pub fn kubepods_cgroup(&self) -> PathBuf {
+        self.cgroup_driver.kubepods(&self.cgroup_parent)
     }
 }
 
@@ -182,8 +189,20 @@ pub async fn cleanup(config: &Config) -> anyhow::Result<()> {
     if config.root_dir.join("network").exists() {
         network::cleanup(config).await?;
     }
-    let kubepods = std::path::Path::new("/").join(config.cgroup_parent.trim_matches('/'));
-    cgroup::remove(&kubepods)?;
+    match config.cgroup_driver {
+        cgroup::Driver::Cgroupfs => {
+            cgroup::remove(&std::path::Path::new("/").join(config.cgroup_parent.trim_matches('/')))?
+        }
+        // Everything below the delegated scope (the scope itself is systemd's: it goes once empty).
+        cgroup::Driver::Systemd => {
+            let scope = cgroup::systemd::full(cgroup::systemd::SCOPE_CGROUP);
+            for e in std::fs::read_dir(&scope).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    cgroup::remove(&std::path::Path::new(cgroup::systemd::SCOPE_CGROUP).join(e.file_name()))?;
+                }
+            }
+        }
+    }
     tracing::info!(pods = uids.len(), "removed every pod from this node");
     Ok(())
 }

@@ -16,7 +16,9 @@ struct Args {
     /// Node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
-    /// The node's InternalIP; give this or --interface (a NAT interface is never guessed).
+    /// The node's InternalIP. Default: the first IPv4 address of --interface, else of the
+    /// interface the default route leaves by (pin it on machines with a NAT interface first,
+    /// such as Vagrant's eth0).
     #[arg(long)]
     node_ip: Option<IpAddr>,
     /// Take the node IP from this interface's first IPv4 address.
@@ -25,9 +27,14 @@ struct Args {
     /// Images, container state, pod directories and logs live here.
     #[arg(long, default_value = "/var/lib/kaji-agent")]
     root_dir: PathBuf,
-    /// Pod cgroups are created under <parent>/kubepods in every hierarchy.
+    /// Pod cgroups are created under <parent>/kubepods in every hierarchy (cgroupfs driver).
     #[arg(long, default_value = "kaji")]
     cgroup_parent: String,
+    /// `systemd` (pods and shims in a scope systemd delegates, kubepods.slice/kaji-pods.scope;
+    /// pure cgroup v2), `cgroupfs` (<cgroup-parent>/kubepods), or `auto`: systemd when it is PID 1
+    /// on a pure cgroup v2 host.
+    #[arg(long, default_value = "auto")]
+    cgroup_driver: kaji_agent::cgroup::Driver,
     /// Container runtime: `native`, or the path of an OCI runtime binary such as runc.
     #[arg(long, default_value = "native")]
     runtime: String,
@@ -95,6 +102,9 @@ enum Command {
         #[arg(long)]
         root: Option<PathBuf>,
     },
+    /// Keeps the systemd driver's scope alive until the agent that started it ends.
+    #[command(hide = true)]
+    Hold,
     /// The exec helper: joins a container's namespaces and cgroup and runs a command there.
     #[command(hide = true)]
     Nsenter {
@@ -133,6 +143,38 @@ enum ImageVerb {
     Remove { reference: String },
 }
 
+/// The interface of the IPv4 default route (the lowest metric) in `/proc/net/route`'s format.
+fn default_route_interface(table: &str) -> Option<String> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Iface Destination Gateway Flags RefCnt Use Metric Mask ...; RTF_UP = 1.
+            let up = f.get(3).and_then(|x| u32::from_str_radix(x, 16).ok()).is_some_and(|x| x & 1 == 1);
+            (f.len() > 7 && f[1] == "00000000" && f[7] == "00000000" && up)
+                .then(|| (f[6].parse::<u32>().unwrap_or(u32::MAX), f[0].to_string()))
+        })
+        .min()
+        .map(|(_, iface)| iface)
+}
+
+/// The node's address: `--node-ip`, else `--interface`'s, else the default route's interface's.
+fn node_ip(args: &Args) -> anyhow::Result<IpAddr> {
+    if let Some(ip) = args.node_ip {
+        return Ok(ip);
+    }
+    let interface = match &args.interface {
+        Some(i) => i.clone(),
+        None => {
+            let table = std::fs::read_to_string("/proc/net/route").context("reading /proc/net/route")?;
+            default_route_interface(&table)
+                .context("no IPv4 default route to take the node's address from: give --node-ip or --interface")?
+        }
+    };
+    interface_ip(&interface)
+}
+
 /// The first IPv4 address of `interface` (read from the kernel's own table).
 fn interface_ip(interface: &str) -> anyhow::Result<IpAddr> {
     let addrs = nix::ifaddrs::getifaddrs().context("listing interfaces")?;
@@ -147,8 +189,14 @@ fn interface_ip(interface: &str) -> anyhow::Result<IpAddr> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(Command::ForkServer { .. }) = &args.command {
-        // Single-threaded on purpose: it forks the shims, which clone container inits.
+        // Single-threaded on purpose: it forks the shims, which clone container inits. Under
+        // the systemd driver it first moves into the delegated scope, so no shim is in the
+        // agent's unit.
+        kaji_agent::cgroup::systemd::join_fork_server_cgroup();
         std::process::exit(kaji_runtime::forkserver::main());
+    }
+    if let Some(Command::Hold) = &args.command {
+        std::process::exit(kaji_agent::cgroup::systemd::hold());
     }
     if let Some(Command::Nsenter { root, id, process, tty }) = &args.command {
         // Single-threaded on purpose: setns into a mount namespace refuses threaded callers.
@@ -161,6 +209,15 @@ fn main() -> anyhow::Result<()> {
         };
         std::process::exit(kaji_runtime::nsenter::main(a));
     }
+    // The systemd driver's scope is set up while this process is still single-threaded: it
+    // sets the environment the fork server reads. The holder lives until the agent ends.
+    let _holder = match (&args.command, args.cgroup_driver) {
+        (None, kaji_agent::cgroup::Driver::Systemd) => {
+            let exe = std::env::current_exe().context("cannot find own executable")?;
+            Some(kaji_agent::cgroup::systemd::prepare(&exe).context("setting up the systemd cgroup driver")?)
+        }
+        _ => None,
+    };
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(args))
 }
 
@@ -198,6 +255,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(Command::Cleanup) = &args.command {
         let mut config = kaji_agent::Config::new("cleanup", IpAddr::from([127, 0, 0, 1]), args.root_dir.clone());
         config.cgroup_parent = args.cgroup_parent.clone();
+        config.cgroup_driver = args.cgroup_driver;
         config.shim_binary = std::env::current_exe().context("cannot find own executable")?;
         return kaji_agent::cleanup(&config).await;
     }
@@ -205,13 +263,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(n) => n.clone(),
         None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
     };
-    let node_ip = match (args.node_ip, &args.interface) {
-        (Some(ip), _) => ip,
-        (None, Some(i)) => interface_ip(i)?,
-        (None, None) => anyhow::bail!("give --node-ip or --interface (the node's address is never guessed)"),
-    };
+    let node_ip = node_ip(&args)?;
     let mut config = kaji_agent::Config::new(node_name, node_ip, args.root_dir.clone());
     config.cgroup_parent = args.cgroup_parent.clone();
+    config.cgroup_driver = args.cgroup_driver;
+    tracing::info!(%node_ip, cgroup_driver = ?config.cgroup_driver, kubepods = %config.kubepods_cgroup().display(), "node");
     config.backend = match args.runtime.as_str() {
         "native" => kaji_agent::Backend::Native,
         binary => kaji_agent::Backend::Runc(PathBuf::from(binary)),
@@ -239,4 +295,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     handle.wait().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_route_names_the_interface() {
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+            eth1\t0038A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+            eth0\t00000000\t0202000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
+            eth1\t00000000\t0138A8C0\t0003\t0\t0\t50\t00000000\t0\t0\t0\n";
+        assert_eq!(default_route_interface(table).as_deref(), Some("eth1"), "the lowest metric wins");
+        let only_eth0 = table.lines().filter(|l| !l.starts_with("eth1")).collect::<Vec<_>>().join("\n");
+        assert_eq!(default_route_interface(&only_eth0).as_deref(), Some("eth0"));
+        let none = table.lines().take(2).collect::<Vec<_>>().join("\n");
+        assert_eq!(default_route_interface(&none), None, "a subnet route is no default route");
+    }
 }

@@ -83,22 +83,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;
     }
-    let stop = server.stopper();
-    tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("shutting down: closing watches and draining requests");
-        let _ = stop.send(true);
-    });
+    kaji_component::stop_on_signal(server.stopper(), "closing watches and draining requests");
     server.wait().await?;
     tracing::info!("stopped");
     Ok(())

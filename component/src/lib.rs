@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod leader;
+pub mod sdnotify;
 
 use anyhow::Context;
 use std::path::PathBuf;
@@ -91,8 +92,11 @@ pub fn init_tracing(json: bool) {
     }
 }
 
-/// On SIGTERM or SIGINT, log `what` and send `true` on `stop`.
+/// Called once a component serves: tells systemd it is ready (`READY=1`, for `Type=notify`
+/// units), and on SIGTERM or SIGINT logs `what`, tells systemd it is stopping and sends `true` on
+/// `stop`.
 pub fn stop_on_signal(stop: tokio::sync::watch::Sender<bool>, what: &'static str) {
+    sdnotify::notify("READY=1");
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(s) => s,
@@ -106,6 +110,7 @@ pub fn stop_on_signal(stop: tokio::sync::watch::Sender<bool>, what: &'static str
             _ = tokio::signal::ctrl_c() => {}
         }
         tracing::info!("shutting down: {what}");
+        sdnotify::notify("STOPPING=1");
         let _ = stop.send(true);
     });
 }

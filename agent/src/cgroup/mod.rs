@@ -1,5 +1,13 @@
-//! Pod cgroups: `<parent>/kubepods[/burstable|/besteffort]/pod<uid>` (Kubernetes' layout) with
-//! the pod-level limits Kubernetes derives from its containers, on cgroup v1 and v2.
+//! Pod cgroups: `<kubepods>[/burstable|/besteffort]/pod<uid>` (Kubernetes' layout) with the
+//! pod-level limits Kubernetes derives from its containers, on cgroup v1 and v2.
+//!
+//! Where `<kubepods>` is depends on the driver ([`Driver`]): `/<cgroup-parent>/kubepods` in every
+//! hierarchy (cgroupfs, as kubelet's cgroupfs driver), or, when systemd is PID 1 on a pure cgroup
+//! v2 host, a scope systemd delegates to the agent, `kubepods.slice/kaji-pods.scope` (see
+//! [`systemd`]): outside the agent's own unit, so stopping or restarting the agent leaves pods
+//! and shims alone, and never a cgroup of systemd's own that kaji would write to.
+
+pub mod systemd;
 
 use std::path::{Path, PathBuf};
 
@@ -56,10 +64,62 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
-/// `/<parent>/kubepods/pod<uid>` for Guaranteed pods, `/<parent>/kubepods/<qos>/pod<uid>` otherwise.
-pub fn pod_path(parent: &str, pod: &Pod) -> PathBuf {
+/// How the agent lays out and makes its cgroups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Driver {
+    /// `/<cgroup-parent>/kubepods/...` made directly in every hierarchy.
+    #[default]
+    Cgroupfs,
+    /// Below the scope systemd delegates to the agent ([`systemd::SCOPE_CGROUP`]); pure cgroup v2.
+    Systemd,
+}
+
+impl Driver {
+    /// `auto`: systemd when it is PID 1 (`/run/systemd/system` exists) on a pure cgroup v2 host.
+    pub fn detect() -> Driver {
+        let unified = matches!(libcgroups::common::get_cgroup_setup(), Ok(CgroupSetup::Unified));
+        if unified && Path::new("/run/systemd/system").is_dir() {
+            Driver::Systemd
+        } else {
+            Driver::Cgroupfs
+        }
+    }
+
+    /// The cgroup every pod's cgroup goes below.
+    pub fn kubepods(&self, cgroup_parent: &str) -> PathBuf {
+        match self {
+            Driver::Cgroupfs => Path::new("/").join(cgroup_parent.trim_matches('/')).join("kubepods"),
+            Driver::Systemd => PathBuf::from(systemd::SCOPE_CGROUP),
+        }
+    }
+
+    /// Where this driver may start enabling controllers (`cgroup.subtree_control`): the
+    /// hierarchy's root for cgroupfs, the delegated scope for systemd (whose ancestors are
+    /// systemd's to manage; it enables what the scope needs).
+    fn boundary(&self) -> PathBuf {
+        match self {
+            Driver::Cgroupfs => PathBuf::from("/"),
+            Driver::Systemd => PathBuf::from(systemd::SCOPE_CGROUP),
+        }
+    }
+}
+
+impl std::str::FromStr for Driver {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Driver, String> {
+        match s {
+            "auto" => Ok(Driver::detect()),
+            "systemd" => Ok(Driver::Systemd),
+            "cgroupfs" => Ok(Driver::Cgroupfs),
+            other => Err(format!("unknown cgroup driver {other:?}: auto, systemd or cgroupfs")),
+        }
+    }
+}
+
+/// `<kubepods>/pod<uid>` for Guaranteed pods, `<kubepods>/<qos>/pod<uid>` otherwise.
+pub fn pod_path(kubepods: &Path, pod: &Pod) -> PathBuf {
     let uid = pod.metadata.uid.as_deref().unwrap_or("unknown");
-    let base = Path::new("/").join(parent.trim_matches('/')).join("kubepods");
+    let base = kubepods.to_path_buf();
     match qos_class(pod) {
         "Guaranteed" => base.join(format!("pod{uid}")),
         "Burstable" => base.join("burstable").join(format!("pod{uid}")),
@@ -146,7 +206,7 @@ fn hierarchies() -> Result<Hierarchies> {
 }
 
 /// Creates the pod cgroup (memory, cpu, pids controllers) and writes its limits.
-pub fn ensure(path: &Path, limits: &Limits) -> Result<()> {
+pub fn ensure(driver: Driver, path: &Path, limits: &Limits) -> Result<()> {
     let write = |file: PathBuf, value: String| -> Result<()> {
         std::fs::write(&file, &value).map_err(|source| Error::Io { op: "write", path: file, source })
     };
@@ -155,11 +215,16 @@ pub fn ensure(path: &Path, limits: &Limits) -> Result<()> {
     };
     match hierarchies()? {
         Hierarchies::V2(root) => {
+            let boundary = driver.boundary();
             let rel = path.strip_prefix("/").unwrap_or(path);
             let mut cur = root.clone();
+            let mut at = PathBuf::from("/");
             for part in rel.components() {
-                let _ = std::fs::write(cur.join("cgroup.subtree_control"), "+cpu +memory +pids");
+                if at.starts_with(&boundary) {
+                    let _ = std::fs::write(cur.join("cgroup.subtree_control"), "+cpu +memory +pids");
+                }
                 cur = cur.join(part);
+                at = at.join(part);
                 mkdir(&cur)?;
             }
             write(cur.join("memory.max"), limits.memory_bytes.map(|b| b.to_string()).unwrap_or_else(|| "max".into()))?;
@@ -233,14 +298,20 @@ mod tests {
 
     #[test]
     fn pods_land_in_their_qos_directory() {
+        let fs = Driver::Cgroupfs.kubepods("kaji");
         let p = pod(json!({"metadata": {"uid": "u1"}, "spec": {"containers": [{"name": "a"}]}}));
-        assert_eq!(pod_path("kaji", &p), PathBuf::from("/kaji/kubepods/besteffort/podu1"));
+        assert_eq!(pod_path(&fs, &p), PathBuf::from("/kaji/kubepods/besteffort/podu1"));
         let p = pod(json!({"metadata": {"uid": "u2"}, "spec": {"containers": [
             {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "64Mi"}}}]}}));
-        assert_eq!(pod_path("/kaji/", &p), PathBuf::from("/kaji/kubepods/podu2"));
+        assert_eq!(pod_path(&Driver::Cgroupfs.kubepods("/kaji/"), &p), PathBuf::from("/kaji/kubepods/podu2"));
         let p = pod(json!({"metadata": {"uid": "u3"}, "spec": {"containers": [
             {"name": "a", "resources": {"requests": {"cpu": "100m"}}}]}}));
-        assert_eq!(pod_path("kaji", &p), PathBuf::from("/kaji/kubepods/burstable/podu3"));
+        assert_eq!(pod_path(&fs, &p), PathBuf::from("/kaji/kubepods/burstable/podu3"));
+        // systemd: below the delegated scope, whatever the parent.
+        assert_eq!(
+            pod_path(&Driver::Systemd.kubepods("kaji"), &p),
+            PathBuf::from("/kubepods.slice/kaji-pods.scope/burstable/podu3")
+        );
     }
 
     #[test]

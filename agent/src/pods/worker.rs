@@ -362,13 +362,13 @@ impl Worker {
 
     fn ensure_pod_dir_and_cgroup(&self, p: &Pod, dir: &PodDir) -> anyhow::Result<()> {
         std::fs::create_dir_all(&dir.0)?;
-        let path = crate::cgroup::pod_path(&self.s.config.cgroup_parent, p);
+        let path = crate::cgroup::pod_path(&self.s.config.kubepods_cgroup(), p);
         let marker = dir.0.join("cgroup");
         if !marker.exists() {
             std::fs::write(&marker, path.to_string_lossy().as_bytes())?;
         }
         if !crate::cgroup::exists(&path) {
-            crate::cgroup::ensure(&path, &crate::cgroup::pod_limits(p))?;
+            crate::cgroup::ensure(self.s.config.cgroup_driver, &path, &crate::cgroup::pod_limits(p))?;
         }
         Ok(())
     }
@@ -462,7 +462,7 @@ impl Worker {
             std::fs::create_dir_all(parent).map_err(io_err)?;
         }
         std::fs::write(&termination_log, b"").map_err(io_err)?;
-        let pod_cgroup = crate::cgroup::pod_path(&self.s.config.cgroup_parent, p);
+        let pod_cgroup = crate::cgroup::pod_path(&self.s.config.kubepods_cgroup(), p);
         let meta = Meta {
             id: id.clone(),
             pod_uid: self.uid.clone(),

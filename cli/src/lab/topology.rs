@@ -206,6 +206,10 @@ impl Lab {
                 &self.node_dir(i).to_string_lossy(),
                 "--cgroup-parent",
                 &self.cgroup_parent(i),
+                // Each lab node its own cgroup parent, even on a systemd host (whose driver would
+                // put every node's pods in one scope).
+                "--cgroup-driver",
+                "cgroupfs",
                 // kaji0 + a veth per pod, routes to the other nodes' pod CIDRs via their eth0.
                 "--pod-network",
                 "bridge",
@@ -223,7 +227,15 @@ impl Lab {
 
     /// `kaji-agent cleanup` for node `i` (run inside the node's namespace, the agent stopped).
     pub fn cleanup_args(&self, i: u8) -> Vec<String> {
-        argv(&["--root-dir", &self.node_dir(i).to_string_lossy(), "--cgroup-parent", &self.cgroup_parent(i), "cleanup"])
+        argv(&[
+            "--root-dir",
+            &self.node_dir(i).to_string_lossy(),
+            "--cgroup-parent",
+            &self.cgroup_parent(i),
+            "--cgroup-driver",
+            "cgroupfs",
+            "cleanup",
+        ])
     }
 }
 
@@ -301,7 +313,7 @@ mod tests {
             "--master http://172.30.0.1:7001",
             "--node-ip 172.30.0.12",
             "--root-dir /tmp/l/node-2",
-            "--cgroup-parent kaji-lab-7001-node-2",
+            "--cgroup-parent kaji-lab-7001-node-2 --cgroup-driver cgroupfs",
             "--pod-network bridge --cluster-cidr 10.244.0.0/16 --insecure-registry 172.30.0.1:5000",
         ] {
             assert!(agent.contains(want), "{agent} lacks {want}");
