@@ -13,6 +13,8 @@ set -euo pipefail
 # up`), test (`cargo test --workspace`: everything the tests drive; a superset of build and lab).
 APT=(
   "pkg-config       build,test  finds libseccomp when building kaji-runtime"
+  "protobuf-compiler build,test protoc: etcd-client generates its gRPC code with it at build time"
+  "libprotobuf-dev  build,test  the well-known .proto files (descriptor, struct) etcd's protos import"
   "libseccomp-dev   build,test  the seccomp bindings kaji-runtime and kaji-agent link"
   "iproute2         lab,test    ip netns/link: the lab's and the tests' network namespaces"
   "util-linux       lab,test    nsenter: starts the lab's components inside their namespaces"
@@ -21,6 +23,8 @@ APT=(
   "iptables         lab,test    kaji-proxy's and the agent's rules (inside namespaces only)"
   "nftables         lab,test    nft, for kaji-proxy's nftables mode (inside namespaces only)"
   "runc             test        the reference OCI runtime of the differential tests"
+  "etcd-server      lab,test    etcd: the store of kaji lab up --ha and of the etcd backend's tests"
+  "etcd-client      lab,test    etcdctl: finds the etcd leader in the HA lab and the fault tests"
   "bsdutils         test        script: a terminal for kubectl in the kubectl run -it test"
   "qemu-system-x86  test        the VM test's machines (tests/vm: software CPU, systemd, cgroup v2)"
   "qemu-utils       test        qemu-img: the VM test's disk overlays"

@@ -180,9 +180,10 @@ impl ResourceCache {
         let prev = match ev.kind {
             EventKind::Put => st.objects.insert(ev.key.clone(), obj.clone()),
             EventKind::Delete => st.objects.remove(&ev.key),
+            EventKind::Progress => return,
         };
         let kind = match (ev.kind, &prev) {
-            (EventKind::Delete, _) => WatchEventType::Deleted,
+            (EventKind::Delete | EventKind::Progress, _) => WatchEventType::Deleted,
             (EventKind::Put, None) => WatchEventType::Added,
             (EventKind::Put, Some(_)) => WatchEventType::Modified,
         };
@@ -326,10 +327,18 @@ impl Cache {
         loop {
             match stream.recv().await {
                 Some(Ok(ev)) => {
-                    if let Some(rc) = self.for_key(&ev.key) {
-                        rc.apply(&ev);
+                    if ev.kind != EventKind::Progress {
+                        if let Some(rc) = self.for_key(&ev.key) {
+                            rc.apply(&ev);
+                        }
                     }
-                    self.rev_tx.send_replace(ev.revision);
+                    // A progress notification may name a revision below an event already
+                    // seen (etcd 3.4): the cache's revision only moves forward.
+                    self.rev_tx.send_if_modified(|r| {
+                        let newer = ev.revision > *r;
+                        *r = (*r).max(ev.revision);
+                        newer
+                    });
                 }
                 Some(Err(err)) => {
                     tracing::warn!(error = %err, "store watch broke; reloading the cache");

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod fieldmanager;
 pub mod http;
 pub mod metrics;
+pub mod peers;
 pub mod registry;
 pub mod storage;
 
@@ -15,11 +16,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Where objects are kept.
+#[derive(Debug, Clone, Default)]
+pub enum StorageConfig {
+    /// redb in `data_dir` (one machine).
+    #[default]
+    Embedded,
+    /// An etcd cluster, shared by every apiserver pointed at it.
+    Etcd(storage::etcd::EtcdConfig),
+}
+
 /// Everything `run` needs; the binary fills it from flags.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub bind: SocketAddr,
     pub data_dir: PathBuf,
+    pub storage: StorageConfig,
     pub service_cluster_ip_range: String,
     pub service_node_port_range: (u16, u16),
     /// Events kept per resource in the watch cache.
@@ -33,6 +45,12 @@ pub struct Config {
     pub authentication: auth::authn::Config,
     /// `--authorization-mode`, in order (a union: the first allow wins).
     pub authorization_modes: Vec<auth::AuthorizationMode>,
+    /// The address other members of the cluster reach this apiserver at (the `kubernetes`
+    /// Service's endpoint); default: the bound address, or 127.0.0.1 when bound to all.
+    pub advertise_address: Option<std::net::IpAddr>,
+    /// Keep the `kubernetes` Endpoints listing every live apiserver through leases
+    /// (`--endpoint-reconciler-type=lease`); otherwise it lists this one.
+    pub endpoint_leases: bool,
 }
 
 impl Config {
@@ -40,6 +58,7 @@ impl Config {
         Self {
             bind,
             data_dir,
+            storage: StorageConfig::Embedded,
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: (30000, 32767),
             watch_cache_size: 10_000,
@@ -48,6 +67,8 @@ impl Config {
             agent_timeout: Duration::from_secs(10),
             authentication: auth::authn::Config::default(),
             authorization_modes: vec![auth::AuthorizationMode::AlwaysAllow],
+            advertise_address: None,
+            endpoint_leases: false,
         }
     }
 }
@@ -78,21 +99,23 @@ impl Server {
 
 /// Open the store, bootstrap, bind, and serve in the background.
 pub async fn start(config: Config) -> anyhow::Result<Server> {
-    let store: Arc<dyn storage::Store> = Arc::new(
-        storage::redb::RedbStore::open(&config.data_dir)
-            .with_context(|| format!("failed to open the store in {}", config.data_dir.display()))?,
-    );
+    let store = open_store(&config)?;
     let listener =
         tokio::net::TcpListener::bind(config.bind).await.with_context(|| format!("failed to bind {}", config.bind))?;
     let addr = listener.local_addr()?;
-    let advertise = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
-    let ips = registry::alloc::IpAllocator::new(&config.service_cluster_ip_range)
+    let advertise = match config.advertise_address {
+        Some(ip) => SocketAddr::new(ip, addr.port()),
+        None if addr.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        None => addr,
+    };
+    let ips = registry::alloc::IpAllocator::new(&config.service_cluster_ip_range, store.clone())
         .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range: {e}"))?;
-    let ports = registry::alloc::PortAllocator::new(config.service_node_port_range.0, config.service_node_port_range.1);
+    let (first_port, last_port) = config.service_node_port_range;
+    let ports = registry::alloc::PortAllocator::new(first_port, last_port, store.clone());
     let admission = auth::admission(&store);
     let bootstrap =
         registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports, admission };
-    bootstrap.bootstrap(advertise).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
+    bootstrap.bootstrap(advertise, config.endpoint_leases).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
     let cache =
         cache::Cache::start(store.clone(), config.watch_cache_size).context("failed to load the watch cache")?;
     let registry = registry::Registry { cache: cache.clone(), ..bootstrap };
@@ -111,6 +134,8 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         advertise: advertise.to_string(),
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
+    spawn_allocator_repair(state.clone(), shutdown.clone());
+    let peers = config.endpoint_leases.then(|| spawn_endpoint_reconciler(state.clone(), advertise, shutdown.clone()));
     let app = http::router(state).into_make_service_with_connect_info::<http::pipeline::Peer>();
     let mut sd = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -120,6 +145,10 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
             })
             .await
             .context("server failed")?;
+        if let Some(p) = peers {
+            // It gives this apiserver's lease up and leaves the Endpoints first.
+            let _ = tokio::time::timeout(Duration::from_secs(5), p).await;
+        }
         // Dropping the last store handle closes redb cleanly; every commit is already durable.
         drop(store);
         Ok(())
@@ -128,9 +157,78 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     Ok(Server { addr, stop, task })
 }
 
+/// The configured backend; nothing above the `Store` trait knows which one it got.
+fn open_store(config: &Config) -> anyhow::Result<Arc<dyn storage::Store>> {
+    Ok(match &config.storage {
+        StorageConfig::Embedded => Arc::new(
+            storage::redb::RedbStore::open(&config.data_dir)
+                .with_context(|| format!("failed to open the store in {}", config.data_dir.display()))?,
+        ),
+        StorageConfig::Etcd(etcd) => {
+            let store = storage::etcd::EtcdStore::connect(etcd)
+                .with_context(|| format!("failed to reach etcd at {}", etcd.servers.join(",")))?;
+            tracing::info!(servers = %etcd.servers.join(","), prefix = %etcd.prefix, "storing objects in etcd");
+            Arc::new(store)
+        }
+    })
+}
+
 /// The bootstrap registry writes straight to the store; its cache is never read.
 fn placeholder_cache(store: &Arc<dyn storage::Store>) -> anyhow::Result<Arc<cache::Cache>> {
     cache::Cache::unstarted(store.clone())
+}
+
+/// The lease endpoint reconciler (`peers`): renew, reconcile, repeat; leave on shutdown.
+fn spawn_endpoint_reconciler(
+    state: Arc<http::AppState>,
+    advertise: SocketAddr,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let rec = Arc::new(peers::Reconciler::new(advertise));
+    tracing::info!(identity = %rec.id, address = %advertise, "apiserver lease endpoint reconciler");
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(peers::RENEW);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = async { let _ = shutdown.wait_for(|s| *s).await; } => {
+                    let (s, r) = (state.clone(), rec.clone());
+                    let _ = tokio::task::spawn_blocking(move || r.leave(&s.registry)).await;
+                    return;
+                }
+            }
+            let (s, r) = (state.clone(), rec.clone());
+            let res = tokio::task::spawn_blocking(move || {
+                r.renew(&s.registry).and_then(|()| r.reconcile(&s.registry, false))
+            });
+            match res.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "apiserver lease / endpoints reconcile failed"),
+                Err(e) => tracing::warn!(error = %e, "endpoint reconciler task failed"),
+            }
+        }
+    })
+}
+
+/// Kubernetes' allocator repair loops: every 3 minutes, stored claims are matched with Services.
+fn spawn_allocator_repair(state: Arc<http::AppState>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let every = Duration::from_secs(180);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let s = state.clone();
+            match tokio::task::spawn_blocking(move || registry::services::repair_allocators(&s.registry)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = ?e, "allocator repair failed"),
+                Err(e) => tracing::warn!(error = %e, "allocator repair task failed"),
+            }
+        }
+    });
 }
 
 fn spawn_compactor(
@@ -139,6 +237,9 @@ fn spawn_compactor(
     every: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    if every.is_zero() {
+        return; // --etcd-compaction-interval=0: someone else compacts (as with kube-apiserver)
+    }
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {

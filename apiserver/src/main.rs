@@ -5,7 +5,7 @@ use clap::Parser;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-/// kaji's Kubernetes-compatible API server (embedded durable store, watch cache).
+/// kaji's Kubernetes-compatible API server (embedded durable store or etcd, watch cache).
 #[derive(Parser, Debug)]
 #[command(name = "kaji-apiserver", version)]
 struct Args {
@@ -26,9 +26,42 @@ struct Args {
     /// Comma-separated authorizers, tried in order (the first allow wins): AlwaysAllow, AlwaysDeny.
     #[arg(long, default_value = "AlwaysAllow")]
     authorization_mode: String,
+    /// Address the rest of the cluster reaches this apiserver at (the `kubernetes` Service's
+    /// endpoint). Default: the bound address, or 127.0.0.1 when that is 0.0.0.0.
+    #[arg(long)]
+    advertise_address: Option<IpAddr>,
+    /// How the `kubernetes` Service's Endpoints are kept: `lease` (every live apiserver, through
+    /// Leases in kube-system; the default with etcd) or `none` (this apiserver only; the default
+    /// with the embedded store, which serves one apiserver).
+    #[arg(long, value_parser = ["lease", "none"])]
+    endpoint_reconciler_type: Option<String>,
     /// Directory of the embedded store.
     #[arg(long, default_value = "/var/lib/kaji/apiserver")]
     data_dir: PathBuf,
+    /// Where objects are kept: `embedded` (redb in --data-dir, one machine) or `etcd`
+    /// (--etcd-servers; several apiservers can share it).
+    #[arg(long, value_enum, default_value_t = StorageKind::Embedded)]
+    storage: StorageKind,
+    /// etcd client URLs, comma-separated (http://host:port, or https:// with --etcd-cafile).
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// Put before every etcd key. kaji's keys are /registry/<resource>/<namespace>/<name>, as
+    /// Kubernetes'; a prefix lets several clusters share one etcd.
+    #[arg(long, default_value = "")]
+    etcd_prefix: String,
+    /// CA bundle that signed the etcd members' serving certificates.
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate for etcd (with --etcd-keyfile), when etcd requires one.
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// Private key of --etcd-certfile.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+    /// How often the store's history is compacted, like kube-apiserver's flag: 300, 300s, 5m,
+    /// 1h; 0 turns compaction off. Default 5m with etcd, 60s with the embedded store.
+    #[arg(long)]
+    etcd_compaction_interval: Option<String>,
     /// CIDR that Service ClusterIPs are allocated from.
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cluster_ip_range: String,
@@ -50,6 +83,37 @@ struct Args {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StorageKind {
+    Embedded,
+    Etcd,
+}
+
+/// A duration as Go prints it for simple cases: `90`, `90s`, `5m`, `1h`, `1h30m`.
+fn parse_duration(s: &str) -> anyhow::Result<std::time::Duration> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let (mut total, mut num) = (0u64, String::new());
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = num.parse().with_context(|| format!("{s:?} is not a duration (e.g. 5m, 300s)"))?;
+        total += n * match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => anyhow::bail!("{s:?} is not a duration (e.g. 5m, 300s)"),
+        };
+        num.clear();
+    }
+    anyhow::ensure!(num.is_empty(), "{s:?} is not a duration (e.g. 5m, 300s)");
+    Ok(std::time::Duration::from_secs(total))
 }
 
 fn parse_range(s: &str) -> anyhow::Result<(u16, u16)> {
@@ -79,6 +143,25 @@ async fn main() -> anyhow::Result<()> {
     config.watch_cache_size = args.watch_cache_size.max(1);
     config.event_history = args.event_history;
     config.agent_timeout = std::time::Duration::from_secs(args.agent_timeout.max(1));
+    if args.storage == StorageKind::Etcd {
+        anyhow::ensure!(!args.etcd_servers.is_empty(), "--storage etcd needs --etcd-servers");
+        config.storage = kaji_apiserver::StorageConfig::Etcd(kaji_apiserver::storage::etcd::EtcdConfig {
+            servers: args.etcd_servers,
+            prefix: args.etcd_prefix,
+            ca_file: args.etcd_cafile,
+            cert_file: args.etcd_certfile,
+            key_file: args.etcd_keyfile,
+        });
+        config.compaction_interval = std::time::Duration::from_secs(300);
+    }
+    config.advertise_address = args.advertise_address;
+    config.endpoint_leases = match args.endpoint_reconciler_type.as_deref() {
+        Some(t) => t == "lease",
+        None => args.storage == StorageKind::Etcd,
+    };
+    if let Some(i) = &args.etcd_compaction_interval {
+        config.compaction_interval = parse_duration(i).context("--etcd-compaction-interval")?;
+    }
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;

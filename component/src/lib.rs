@@ -2,6 +2,7 @@
 //! SIGTERM handling, an election identity, and Lease leader election.
 
 pub mod events;
+pub mod failover;
 pub mod leader;
 pub mod sdnotify;
 
@@ -11,7 +12,9 @@ use std::path::PathBuf;
 /// How to reach the apiserver (`--master`, `--kubeconfig`); flatten into a binary's flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ApiArgs {
-    /// API server URL (e.g. http://127.0.0.1:6443); overrides the kubeconfig's server.
+    /// API server URL (e.g. http://127.0.0.1:6443); overrides the kubeconfig's server. Several,
+    /// comma-separated, for several apiservers: the client moves to a live one when its own
+    /// dies (through a local balancer, see `failover`).
     #[arg(long)]
     pub master: Option<String>,
     /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
@@ -39,7 +42,20 @@ impl ApiArgs {
             None => kube::Config::infer().await.context("no kubeconfig or in-cluster config; pass --master")?,
         };
         if let Some(master) = &self.master {
-            config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
+            let urls: Vec<&str> = master.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+            if urls.len() > 1 {
+                let first: http::Uri = urls[0].parse().with_context(|| format!("--master {}", urls[0]))?;
+                let servers = failover::Servers::new(failover::resolve(&urls).await?)?;
+                let local = failover::start(servers).await?;
+                let scheme = first.scheme_str().unwrap_or("http");
+                config.cluster_url = format!("{scheme}://{local}").parse()?;
+                // TLS still ends at the apiserver: check its certificate for the servers' name.
+                if config.tls_server_name.is_none() {
+                    config.tls_server_name = first.host().map(str::to_string);
+                }
+            } else {
+                config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
+            }
         }
         let value = http::HeaderValue::from_str(user_agent).with_context(|| format!("user agent {user_agent:?}"))?;
         config.headers.push((http::header::USER_AGENT, value));
@@ -134,6 +150,16 @@ mod tests {
         assert_eq!(ua, ["kaji-test/1.2.3"]);
         assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:1/");
         assert!(args.config("bad\nagent").await.is_err());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn several_masters_go_through_a_local_balancer() -> anyhow::Result<()> {
+        let args = ApiArgs { master: Some("http://127.0.0.1:1, http://127.0.0.1:2".into()), kubeconfig: None };
+        let config = args.config("kaji-test/1").await?;
+        let url = config.cluster_url.to_string();
+        assert!(url.starts_with("http://127.0.0.1:") && !url.ends_with(":1/"), "{url}");
+        assert_eq!(config.tls_server_name.as_deref(), Some("127.0.0.1"));
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ mod namespaces;
 pub mod pod_log;
 mod pods;
 mod scale;
-mod services;
+pub(crate) mod services;
 mod volumes;
 
 use crate::auth::{Admission, AdmissionRequest, Operation, UserInfo};
@@ -656,9 +656,11 @@ impl Registry {
     }
 
     /// Create the namespaces and the `kubernetes` Service every cluster has; rebuild allocators.
-    pub fn bootstrap(&self, advertise: std::net::SocketAddr) -> ApiResult<()> {
-        services::rebuild_allocators(self)?;
+    /// With `endpoint_leases` the `kubernetes` Endpoints, once they exist, are left to the lease
+    /// reconciler (other apiservers are in them too).
+    pub fn bootstrap(&self, advertise: std::net::SocketAddr, endpoint_leases: bool) -> ApiResult<()> {
+        services::repair_allocators(self)?;
         namespaces::bootstrap(self)?;
-        services::bootstrap_kubernetes(self, advertise)
+        services::bootstrap_kubernetes(self, advertise, endpoint_leases)
     }
 }

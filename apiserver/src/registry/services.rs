@@ -1,6 +1,6 @@
 //! Service rules: ClusterIP and NodePort allocation, kept across updates and released on delete.
 
-use super::alloc::AllocError;
+use super::alloc::{AllocError, Owner};
 use super::meta;
 use super::{encode_for_store, Registry};
 use crate::http::errors::{ApiError, ApiResult};
@@ -52,6 +52,13 @@ fn node_ports(svc: &Value) -> Vec<u16> {
         .unwrap_or_default()
 }
 
+fn owner(svc: &Value) -> Owner {
+    Owner {
+        namespace: meta::meta_str(svc, "namespace").unwrap_or("default").to_string(),
+        name: meta::name(svc).to_string(),
+    }
+}
+
 fn wants_node_ports(svc: &Value) -> bool {
     matches!(svc_type(svc), "NodePort" | "LoadBalancer")
 }
@@ -80,6 +87,7 @@ pub fn allocate(reg: &Registry, svc: &mut Value, old: Option<&Value>) -> ApiResu
 
 fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut Allocation) -> ApiResult<()> {
     let old_ip = old.and_then(cluster_ip);
+    let owner = owner(svc);
     if svc_type(svc) == "ExternalName" {
         if let Some(o) = svc.get_mut("spec").and_then(Value::as_object_mut) {
             o.remove("clusterIP");
@@ -90,7 +98,7 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
         let ip = match requested.as_str() {
             "None" => None,
             "" => {
-                let ip = reg.ips.allocate_next().map_err(|e| invalid(svc, "spec.clusterIPs", "\"\"", e))?;
+                let ip = reg.ips.allocate_next(&owner).map_err(|e| invalid(svc, "spec.clusterIPs", "\"\"", e))?;
                 a.ips.push(ip);
                 Some(ip)
             }
@@ -106,7 +114,9 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
                     ApiError::invalid("", "Service", meta::name(svc), &[cause])
                 })?;
                 if old_ip != Some(ip) {
-                    reg.ips.allocate(ip).map_err(|e| invalid(svc, "spec.clusterIPs[0]", format!("\"{s}\""), e))?;
+                    reg.ips
+                        .allocate(ip, &owner)
+                        .map_err(|e| invalid(svc, "spec.clusterIPs[0]", format!("\"{s}\""), e))?;
                     a.ips.push(ip);
                 }
                 Some(ip)
@@ -143,7 +153,7 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
                 continue;
             }
             if cur == 0 {
-                let np = reg.ports.allocate_next().map_err(|e| {
+                let np = reg.ports.allocate_next(&owner).map_err(|e| {
                     let cause = Cause {
                         reason: "FieldValueInvalid".into(),
                         message: format!("Invalid value: 0: {e}"),
@@ -155,7 +165,7 @@ fn allocate_into(reg: &Registry, svc: &mut Value, old: Option<&Value>, a: &mut A
                 p["nodePort"] = np.into();
             } else if !old_ports.contains(&(cur as u16)) {
                 let port = u16::try_from(cur).unwrap_or(0);
-                reg.ports.allocate(port).map_err(|e| {
+                reg.ports.allocate(port, &owner).map_err(|e| {
                     let cause = Cause {
                         reason: "FieldValueInvalid".into(),
                         message: format!("Invalid value: {cur}: {e}"),
@@ -213,28 +223,27 @@ pub fn release(reg: &Registry, svc: &Value) {
     node_ports(svc).into_iter().for_each(|p| reg.ports.release(p));
 }
 
-/// Mark everything stored Services hold as taken.
-pub fn rebuild_allocators(reg: &Registry) -> ApiResult<()> {
+/// Make the allocators' stored claims agree with what stored Services hold (see `alloc`): at
+/// start and then every few minutes on every apiserver. Writes only where they disagree.
+pub fn repair_allocators(reg: &Registry) -> ApiResult<()> {
     let info = kaji_api::resources::by_kind("Service").expect("services are served");
     let (items, _) = reg.store.list(&info.key_prefix()).map_err(ApiError::internal)?;
+    let (mut ips, mut ports) = (Vec::new(), Vec::new());
     for kv in items {
         let svc: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+        let o = owner(&svc);
         if let Some(ip) = cluster_ip(&svc) {
-            if let Err(e) = reg.ips.allocate(ip) {
-                tracing::warn!(service = %kv.key, ip = %ip, error = %e, "stored clusterIP not allocatable");
-            }
+            ips.push((ip, o.clone()));
         }
-        for p in node_ports(&svc) {
-            if let Err(e) = reg.ports.allocate(p) {
-                tracing::warn!(service = %kv.key, port = p, error = %e, "stored nodePort not allocatable");
-            }
-        }
+        ports.extend(node_ports(&svc).into_iter().map(|p| (p, o.clone())));
     }
-    Ok(())
+    let now = meta::now();
+    reg.ips.repair(&ips, now).map_err(ApiError::internal)?;
+    reg.ports.repair(&ports, now).map_err(ApiError::internal)
 }
 
 /// The `kubernetes` Service and its Endpoints in `default`, pointing at this apiserver.
-pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr) -> ApiResult<()> {
+pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr, endpoint_leases: bool) -> ApiResult<()> {
     let svc_info = kaji_api::resources::by_kind("Service").expect("services are served");
     let ep_info = kaji_api::resources::by_kind("Endpoints").expect("endpoints are served");
     let labels = json!({"component": "apiserver", "provider": "kubernetes"});
@@ -246,7 +255,8 @@ pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr) -> ApiResult<
     };
     if reg.store.get(&svc_info.key(Some("default"), "kubernetes")).map_err(ApiError::internal)?.is_none() {
         let ip = reg.ips.first();
-        if let Err(e) = reg.ips.allocate(ip) {
+        let owner = Owner { namespace: "default".into(), name: "kubernetes".into() };
+        if let Err(e) = reg.ips.allocate(ip, &owner) {
             tracing::warn!(ip = %ip, error = %e, "first service IP already taken");
         }
         let mut svc = stamp(json!({"apiVersion": "v1", "kind": "Service",
@@ -269,6 +279,7 @@ pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr) -> ApiResult<
         None => {
             reg.store.create(&ep_key, &encode_for_store(&ep)?).map_err(ApiError::internal)?;
         }
+        Some(_) if endpoint_leases => {}
         Some(kv) => {
             let mut cur: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
             if cur.get("subsets") != ep.get("subsets") {

@@ -1,5 +1,7 @@
 //! The Store trait every backend implements, its types, and the conformance suite they must pass.
 
+pub mod etcd;
+pub mod etcd_member;
 pub mod redb;
 
 #[cfg(test)]
@@ -20,6 +22,10 @@ pub struct KeyValue {
 pub enum EventKind {
     Put,
     Delete,
+    /// No change: every event up to `revision` under the watched prefix has been delivered
+    /// (etcd's progress notification). `key` and `value` are empty. Readers that track a
+    /// revision move it forward (never back); others ignore it.
+    Progress,
 }
 
 /// A change, as the watch stream reports it.

@@ -99,6 +99,8 @@ fn encode_event(e: &Event) -> Vec<u8> {
     out.push(match e.kind {
         EventKind::Put => 0,
         EventKind::Delete => 1,
+        // Never stored: progress is only ever sent live.
+        EventKind::Progress => 2,
     });
     out.push(u8::from(e.created));
     put_bytes(&mut out, e.key.as_bytes());

@@ -29,6 +29,7 @@ impl ApiServer {
             .arg(data_dir)
             .arg("--address-file")
             .arg(&addr_file)
+            .args(if extra.contains(&"--storage") { Vec::new() } else { storage_flags(data_dir) })
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -64,6 +65,26 @@ impl ApiServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// With `KAJI_TEST_STORAGE=etcd` every test runs against etcd instead of the embedded store:
+/// one single-member etcd per data directory (so a restarted apiserver finds its objects),
+/// started on free loopback ports beside it and killed when the test's thread ends.
+fn storage_flags(data_dir: &Path) -> Vec<String> {
+    use kaji_apiserver::storage::etcd_member::Cluster;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    if std::env::var("KAJI_TEST_STORAGE").as_deref() != Ok("etcd") {
+        return Vec::new();
+    }
+    static CLUSTERS: OnceLock<Mutex<HashMap<PathBuf, Cluster>>> = OnceLock::new();
+    let mut map = CLUSTERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = map.entry(data_dir.to_path_buf()).or_insert_with(|| {
+        let dir = data_dir.with_extension("etcd");
+        std::fs::create_dir_all(&dir).expect("etcd dir");
+        Cluster::start_tied(&dir, 1).expect("etcd starts (KAJI_TEST_STORAGE=etcd)")
+    });
+    vec!["--storage".into(), "etcd".into(), "--etcd-servers".into(), cluster.servers_flag()]
 }
 
 impl Drop for ApiServer {
