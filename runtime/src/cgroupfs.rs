@@ -26,40 +26,6 @@ pub enum Step {
     Symlink { target: String, link: PathBuf },
 }
 
-/// One v1 hierarchy as mounted on the host, with the controllers (or `name=`) it carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Hierarchy {
-    mount_point: PathBuf,
-    root: PathBuf,
-    controllers: Vec<String>,
-}
-
-/// Pure: every cgroup v1 hierarchy in a mountinfo text (named ones included).
-fn hierarchies(mountinfo: &str) -> Vec<Hierarchy> {
-    let mut out: Vec<Hierarchy> = mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mut fields = left.split(' ').skip(3);
-            let (root, mount_point) = (fields.next()?, fields.next()?);
-            let mut fs = right.split(' ');
-            if fs.next()? != "cgroup" {
-                return None;
-            }
-            let options = fs.nth(1)?;
-            Some(Hierarchy {
-                mount_point: PathBuf::from(mount_point),
-                root: PathBuf::from(root),
-                controllers: options.split(',').map(str::to_string).collect(),
-            })
-        })
-        .collect();
-    // In mountinfo's order (runc's), each mount point once.
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|h| seen.insert(h.mount_point.clone()));
-    out
-}
-
 /// Pure: the steps of the v1 emulation of a `cgroup` mount at `dest`, from the host's mountinfo
 /// and the container init's `/proc/self/cgroup` (read once it is in its cgroups).
 pub fn plan_v1(mountinfo: &str, self_cgroup: &str, dest: &Path, cgroupns: bool) -> Vec<Step> {
@@ -74,7 +40,7 @@ pub fn plan_v1(mountinfo: &str, self_cgroup: &str, dest: &Path, cgroupns: bool) 
             (!names.is_empty()).then(|| (names.split(',').collect(), path))
         })
         .collect();
-    for h in hierarchies(mountinfo) {
+    for h in crate::cgroups::parse_v1_mounts(mountinfo) {
         let Some((names, path)) =
             paths.iter().find(|(names, _)| names.iter().all(|n| h.controllers.iter().any(|c| c == n)))
         else {

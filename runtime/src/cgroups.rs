@@ -202,17 +202,9 @@ pub fn directories(path: &Path) -> Result<Vec<PathBuf>> {
     let rel = relative(path);
     match layout()? {
         Layout::Unified => Ok(vec![Path::new(ROOT).join(rel)]),
-        layout @ (Layout::Legacy | Layout::Hybrid) => {
-            let mut dirs: Vec<PathBuf> = libcgroups::v1::util::list_subsystem_mount_points()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|m| m.join(rel))
-                .collect();
-            if layout == Layout::Hybrid {
-                dirs.push(Path::new(ROOT).join("unified").join(rel));
-            }
+        Layout::Legacy | Layout::Hybrid => {
+            let mut dirs: Vec<PathBuf> = v1_mounts()?.iter().map(|m| m.mount_point.join(rel)).collect();
             dirs.sort();
-            dirs.dedup();
             Ok(dirs)
         }
     }
@@ -310,8 +302,15 @@ pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
             })
         })
         .collect();
-    mounts.sort_by(|a, b| a.mount_point.cmp(&b.mount_point));
-    mounts.dedup_by(|a, b| a.mount_point == b.mount_point);
+    // In mountinfo's order (the order runc mounts them in a container), each hierarchy once:
+    // its first mount, the host's at boot. A later mount of the same controllers is someone's
+    // bind of a subtree (a container's /sys/fs/cgroup made in a namespace it shares with us).
+    let mut seen = std::collections::HashSet::new();
+    mounts.retain(|m| {
+        let mut key = m.controllers.clone();
+        key.sort();
+        seen.insert(key)
+    });
     mounts
 }
 
@@ -728,7 +727,8 @@ mod tests {
                     32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
                     35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
                     40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
-                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n\
+                    90 60 0:29 /c1 /tmp/r/rootfs/sys/fs/cgroup/cpu,cpuacct ro,relatime - cgroup cgroup rw,cpu,cpuacct\n";
         let mount = |p: &str, root: &str, c: &[&str]| V1Mount {
             mount_point: PathBuf::from(p),
             root: PathBuf::from(root),

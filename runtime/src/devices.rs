@@ -221,26 +221,27 @@ pub fn encode(p: &[Insn]) -> Vec<u8> {
 /// The device rules libcgroups (and runc) add after a spec's own (see `cgroups`).
 pub fn with_defaults(rules: &[LinuxDeviceCgroup]) -> Vec<LinuxDeviceCgroup> {
     let mut all = rules.to_vec();
-    all.extend(crate::cgroups::DEFAULT_DEVICE_RULES.iter().filter_map(|r| parse_rule(r)));
+    all.extend(crate::cgroups::DEFAULT_DEVICE_RULES.iter().filter_map(|r| rule(true, r)));
     all
 }
 
-/// Pure: a `devices.allow` line (`c 1:3 rwm`, `b *:* m`) as an allowing rule.
-fn parse_rule(line: &str) -> Option<LinuxDeviceCgroup> {
+/// Pure: a rule from its `devices.allow`/`devices.deny` line (`c 1:3 rwm`, `b *:* m`, `a`).
+pub fn rule(allow: bool, line: &str) -> Option<LinuxDeviceCgroup> {
     let mut parts = line.split_whitespace();
     let typ = match parts.next()? {
         "c" => LinuxDeviceType::C,
         "b" => LinuxDeviceType::B,
-        _ => LinuxDeviceType::A,
+        "a" => LinuxDeviceType::A,
+        _ => return None,
     };
-    let (major, minor) = parts.next()?.split_once(':')?;
+    let (major, minor) = parts.next().unwrap_or("*:*").split_once(':')?;
     let num = |s: &str| s.parse::<i64>().ok();
     let mut r = LinuxDeviceCgroup::default();
-    r.set_allow(true);
+    r.set_allow(allow);
     r.set_typ(Some(typ));
     r.set_major(num(major));
     r.set_minor(num(minor));
-    r.set_access(Some(parts.next()?.to_string()));
+    r.set_access(Some(parts.next().unwrap_or("rwm").to_string()));
     Some(r)
 }
 
@@ -259,29 +260,19 @@ pub fn attach(dir: &Path, rules: &[LinuxDeviceCgroup]) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn rule(allow: bool, typ: &str, major: Option<i64>, minor: Option<i64>, access: &str) -> LinuxDeviceCgroup {
-        let mut r = LinuxDeviceCgroup::default();
-        r.set_allow(allow);
-        r.set_typ(Some(match typ {
-            "c" => LinuxDeviceType::C,
-            "b" => LinuxDeviceType::B,
-            _ => LinuxDeviceType::A,
-        }));
-        r.set_major(major);
-        r.set_minor(minor);
-        r.set_access(Some(access.into()));
-        r
+    fn r(allow: bool, line: &str) -> LinuxDeviceCgroup {
+        rule(allow, line).expect("valid rule")
     }
 
     #[test]
     fn an_all_rule_resets_and_later_rules_add_or_take_away() {
         let e = emulate(&[
-            rule(true, "c", Some(1), Some(3), "r"),
-            rule(false, "a", None, None, "rwm"),
-            rule(true, "c", Some(1), Some(3), "rw"),
-            rule(true, "c", Some(1), Some(3), "m"),
-            rule(false, "c", Some(1), Some(3), "w"),
-            rule(true, "b", None, None, "m"),
+            r(true, "c 1:3 r"),
+            r(false, "a *:* rwm"),
+            r(true, "c 1:3 rw"),
+            r(true, "c 1:3 m"),
+            r(false, "c 1:3 w"),
+            r(true, "b *:* m"),
         ]);
         assert!(!e.default_allow);
         assert_eq!(
@@ -299,7 +290,7 @@ mod tests {
 
     #[test]
     fn under_allow_by_default_any_overlap_with_an_exception_denies() {
-        let e = emulate(&[rule(false, "c", Some(1), None, "w"), rule(true, "c", Some(1), None, "")]);
+        let e = emulate(&[r(false, "c 1:* w")]);
         assert!(e.default_allow);
         assert!(!e.allows(Kind::Char, 1, 5, READ | WRITE));
         assert!(e.allows(Kind::Char, 1, 5, READ));
@@ -333,15 +324,11 @@ mod tests {
             }
         }
         let sets = [
-            vec![rule(false, "a", None, None, "rwm")],
-            with_defaults(&[rule(false, "a", None, None, "rwm")]),
-            vec![rule(false, "c", Some(1), Some(5), "w"), rule(false, "b", Some(7), None, "rwm")],
-            vec![
-                rule(false, "a", None, None, "rwm"),
-                rule(true, "c", Some(1), None, "r"),
-                rule(true, "c", None, Some(5), "w"),
-            ],
-            vec![rule(true, "a", None, None, "rwm"), rule(false, "c", None, None, "m")],
+            vec![r(false, "a *:* rwm")],
+            with_defaults(&[r(false, "a *:* rwm")]),
+            vec![r(false, "c 1:5 w"), r(false, "b 7:* rwm")],
+            vec![r(false, "a *:* rwm"), r(true, "c 1:* r"), r(true, "c *:5 w")],
+            vec![r(true, "a *:* rwm"), r(false, "c *:* m")],
         ];
         for rules in &sets {
             let e = emulate(rules);

@@ -9,31 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Fixture, HELPER};
+use common::{Cli, Fixture};
 use serde_json::{json, Value};
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Cli {
-    Kaji,
-    Runc,
-}
-
-impl Cli {
-    fn cmd(self, fx: &Fixture, args: &[&str]) -> Command {
-        let (binary, root) = match self {
-            Cli::Kaji => (PathBuf::from(HELPER), fx.state_root.clone()),
-            Cli::Runc => (common::runc_binary().expect("runc is installed"), fx.dir.join("runc-root")),
-        };
-        let mut c = Command::new(binary);
-        c.arg("--root").arg(root).args(args);
-        c
-    }
-}
-
-fn require() {
-    common::require_root_and_busybox();
-    assert!(common::runc_binary().is_some(), "needs runc: apt-get install -y runc");
-}
 
 /// `<fx>/<name>`, a bundle dir with a busybox rootfs and the config `cli spec` writes.
 fn stock_bundle(fx: &Fixture, cli: Cli, name: &str) -> anyhow::Result<PathBuf> {
@@ -74,7 +51,7 @@ fn cgroups_named(id: &str) -> Vec<PathBuf> {
 
 #[test]
 fn stock_runc_spec_bundles_run_unchanged_and_show_what_runcs_show() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let fx = Fixture::new()?;
     let (ours, theirs) = (stock_bundle(&fx, Cli::Kaji, "stock-kaji")?, stock_bundle(&fx, Cli::Runc, "stock-runc")?);
     assert_eq!(config(&ours)?, config(&theirs)?, "`spec` writes runc's config");
@@ -163,7 +140,7 @@ fn create_fails(fx: &Fixture, cli: Cli, id: &str, bundle: &Path) -> anyhow::Resu
 
 #[test]
 fn specs_that_cannot_be_honoured_are_refused_with_a_reason() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     std::os::unix::fs::symlink("../loop", fx.rootfs.join("loop"))?;
     std::fs::create_dir(fx.rootfs.join("realproc"))?;
@@ -241,7 +218,7 @@ fn specs_that_cannot_be_honoured_are_refused_with_a_reason() -> anyhow::Result<(
 
 #[test]
 fn a_spec_without_a_mount_namespace_runs_chrooted_and_leaves_no_mount() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let host_ns = std::fs::read_link("/proc/self/ns/mnt")?;
     let root_line = |info: &str| info.lines().find(|l| l.split(' ').nth(4) == Some("/")).map(str::to_string);
@@ -314,7 +291,7 @@ impl Drop for NosuidDir {
 fn a_setuid_binary_on_an_rsuid_bind_mount_switches_user() -> anyhow::Result<()> {
     use nix::mount::MsFlags;
     use std::os::unix::fs::PermissionsExt;
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let dir = fx.dir.join("suid");
     std::fs::create_dir(&dir)?;
@@ -342,8 +319,11 @@ fn a_setuid_binary_on_an_rsuid_bind_mount_switches_user() -> anyhow::Result<()> 
                 }
             })?;
             fx.created.push(id.clone());
-            let st = cli.cmd(&fx, &["run", "--bundle", &bundle.display().to_string(), &id]).status()?;
-            codes.push((case, cli, st.code()));
+            let out = cli.cmd(&fx, &["run", "--bundle", &bundle.display().to_string(), &id]).output()?;
+            if !out.stderr.is_empty() {
+                eprintln!("{case} {cli:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            codes.push((case, cli, out.status.code()));
         }
     }
     drop(guard);

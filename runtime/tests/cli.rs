@@ -8,44 +8,11 @@ mod common;
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{Fixture, HELPER};
+use common::{Cli, Fixture};
 use oci_spec::runtime::Spec;
-
-/// One of the two command lines under test.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Cli {
-    Kaji,
-    Runc,
-}
-
-impl Cli {
-    fn both() -> [Cli; 2] {
-        [Cli::Kaji, Cli::Runc]
-    }
-
-    /// `<binary> --root <its root under the fixture> <args>`.
-    fn cmd(self, fx: &Fixture, args: &[&str]) -> Command {
-        let (binary, root) = match self {
-            Cli::Kaji => (PathBuf::from(HELPER), fx.state_root.clone()),
-            Cli::Runc => (common::runc_binary().expect("runc is installed"), fx.dir.join("runc-root")),
-        };
-        let mut c = Command::new(binary);
-        c.arg("--root").arg(root).args(args);
-        c
-    }
-
-    fn id(self, name: &str) -> String {
-        format!("{name}-{self:?}").to_lowercase()
-    }
-}
-
-fn require() {
-    common::require_root_and_busybox();
-    assert!(common::runc_binary().is_some(), "needs runc: apt-get install -y runc");
-}
 
 /// The fixture's hardened spec running `script`, as a bundle for `id`.
 fn bundle(fx: &mut Fixture, id: &str, script: &str, edit: impl FnOnce(&mut Spec)) -> anyhow::Result<String> {
@@ -69,7 +36,7 @@ fn fork_servers(root: &Path) -> Vec<i32> {
 
 #[test]
 fn run_passes_stdio_through_exits_with_the_code_and_leaves_nothing_running() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let mut seen = Vec::new();
     for cli in Cli::both() {
@@ -100,7 +67,7 @@ fn run_passes_stdio_through_exits_with_the_code_and_leaves_nothing_running() -> 
 /// started with SIGHUP ignored and SIGUSR1 blocked (as under `nohup`, or systemd's SIGPIPE).
 #[test]
 fn the_process_starts_with_default_signals_whatever_the_runtime_inherited() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     // perl (Debian's perl-base) to start the runtime with a signal ignored and one blocked.
     let wrap = |cmd: Command| {
@@ -144,7 +111,7 @@ fn the_process_starts_with_default_signals_whatever_the_runtime_inherited() -> a
 /// child subreaper once the runtime has exited; `start`; reap it with its exit code.
 #[test]
 fn create_hands_its_stdio_over_and_leaves_the_init_to_the_callers_reaper() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     nix::sys::prctl::set_child_subreaper(true)?;
     let mut fx = Fixture::new()?;
     let mut seen = Vec::new();
@@ -192,7 +159,7 @@ fn receive_master(listener: &std::os::unix::net::UnixListener) -> anyhow::Result
 
 #[test]
 fn a_terminal_goes_to_the_console_socket() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let mut seen = Vec::new();
     for cli in Cli::both() {
@@ -233,7 +200,7 @@ fn a_terminal_goes_to_the_console_socket() -> anyhow::Result<()> {
 
 #[test]
 fn preserved_fds_reach_the_container_and_no_others_do() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let mut seen = Vec::new();
     for cli in Cli::both() {

@@ -3,45 +3,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Fixture, HELPER};
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Cli {
-    Kaji,
-    Runc,
-}
-
-impl Cli {
-    fn cmd(self, fx: &Fixture, args: &[&str]) -> Command {
-        let (binary, root) = match self {
-            Cli::Kaji => (PathBuf::from(HELPER), fx.state_root.clone()),
-            Cli::Runc => (common::runc_binary().expect("runc is installed"), fx.dir.join("runc-root")),
-        };
-        let mut c = Command::new(binary);
-        c.arg("--root").arg(root).args(args).stdin(Stdio::null());
-        c
-    }
-
-    fn out(self, fx: &Fixture, args: &[&str]) -> anyhow::Result<String> {
-        let o = self.cmd(fx, args).output()?;
-        anyhow::ensure!(o.status.success(), "{self:?} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    }
-
-    fn status(self, fx: &Fixture, id: &str) -> anyhow::Result<String> {
-        let v: serde_json::Value = serde_json::from_str(&self.out(fx, &["state", id])?)?;
-        Ok(v["status"].as_str().unwrap_or_default().to_string())
-    }
-}
-
-fn require() {
-    common::require_root_and_busybox();
-    assert!(common::runc_binary().is_some(), "needs runc: apt-get install -y runc");
-}
+use common::{Cli, Fixture};
 
 /// A detached container (`run -d`) running a loop that counts, for both runtimes.
 fn start(fx: &mut Fixture, cli: Cli, id: &str) -> anyhow::Result<()> {
@@ -70,7 +35,7 @@ fn limit(fx: &Fixture, id: &str, controller: &str, v1: &str, v2: &str) -> String
 
 #[test]
 fn pause_ps_events_update_and_kill_all_act_on_the_running_container() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let mut seen = Vec::new();
     for cli in [Cli::Kaji, Cli::Runc] {
@@ -144,7 +109,7 @@ fn pause_ps_events_update_and_kill_all_act_on_the_running_container() -> anyhow:
 
 #[test]
 fn exec_flags_change_the_process_as_runcs_do() -> anyhow::Result<()> {
-    require();
+    common::require_cli();
     let mut fx = Fixture::new()?;
     let mut seen = Vec::new();
     for cli in [Cli::Kaji, Cli::Runc] {

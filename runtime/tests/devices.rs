@@ -10,20 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kaji_runtime::devices::{self, Kind};
-use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceType};
+use oci_spec::runtime::LinuxDeviceCgroup;
 
-fn rule(allow: bool, typ: &str, major: Option<i64>, minor: Option<i64>, access: &str) -> LinuxDeviceCgroup {
-    let mut r = LinuxDeviceCgroup::default();
-    r.set_allow(allow);
-    r.set_typ(Some(match typ {
-        "c" => LinuxDeviceType::C,
-        "b" => LinuxDeviceType::B,
-        _ => LinuxDeviceType::A,
-    }));
-    r.set_major(major);
-    r.set_minor(minor);
-    r.set_access(Some(access.into()));
-    r
+fn rule(allow: bool, line: &str) -> LinuxDeviceCgroup {
+    devices::rule(allow, line).expect("valid rule")
 }
 
 /// Devices probed: type, major, minor. Block ones that do not exist here (the open fails after
@@ -127,23 +117,16 @@ fn the_device_program_decides_as_the_v1_controller() -> anyhow::Result<()> {
         )?;
     }
     let sets: Vec<(&str, Vec<LinuxDeviceCgroup>)> = vec![
-        ("kaji's default", devices::with_defaults(&[rule(false, "a", None, None, "rwm")])),
-        (
-            "allow all but",
-            vec![
-                rule(false, "c", Some(1), Some(5), "w"),
-                rule(false, "b", None, None, "r"),
-                rule(false, "c", Some(10), None, "rwm"),
-            ],
-        ),
+        ("kaji's default", devices::with_defaults(&[rule(false, "a *:* rwm")])),
+        ("allow all but", vec![rule(false, "c 1:5 w"), rule(false, "b *:* r"), rule(false, "c 10:* rwm")]),
         (
             "deny all but",
             vec![
-                rule(false, "a", None, None, "rwm"),
-                rule(true, "c", Some(1), None, "rm"),
-                rule(true, "c", None, Some(5), "w"),
-                rule(false, "c", Some(1), None, "m"),
-                rule(true, "b", Some(259), Some(4095), "rw"),
+                rule(false, "a *:* rwm"),
+                rule(true, "c 1:* rm"),
+                rule(true, "c *:5 w"),
+                rule(false, "c 1:* m"),
+                rule(true, "b 259:4095 rw"),
             ],
         ),
     ];

@@ -37,6 +37,55 @@ pub fn can_run() -> bool {
     true
 }
 
+/// One of the two command lines the CLI tests drive the same way: kaji-runtime's, and runc's as
+/// the reference, each with its own state root under the fixture.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cli {
+    Kaji,
+    Runc,
+}
+
+impl Cli {
+    pub fn both() -> [Cli; 2] {
+        [Cli::Kaji, Cli::Runc]
+    }
+
+    /// `<binary> --root <its root> <args>`, stdin from /dev/null unless the caller sets one.
+    pub fn cmd(self, fx: &Fixture, args: &[&str]) -> std::process::Command {
+        let (binary, root) = match self {
+            Cli::Kaji => (PathBuf::from(HELPER), fx.state_root.clone()),
+            Cli::Runc => (runc_binary().expect("runc is installed"), fx.dir.join("runc-root")),
+        };
+        let mut c = std::process::Command::new(binary);
+        c.arg("--root").arg(root).args(args).stdin(std::process::Stdio::null());
+        c
+    }
+
+    /// Runs it; its stdout, or its stderr as the error.
+    pub fn out(self, fx: &Fixture, args: &[&str]) -> anyhow::Result<String> {
+        let o = self.cmd(fx, args).output()?;
+        anyhow::ensure!(o.status.success(), "{self:?} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    /// The container's status as `state` prints it.
+    pub fn status(self, fx: &Fixture, id: &str) -> anyhow::Result<String> {
+        let v: serde_json::Value = serde_json::from_str(&self.out(fx, &["state", id])?)?;
+        Ok(v["status"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// A container id of this CLI's own.
+    pub fn id(self, name: &str) -> String {
+        format!("{name}-{self:?}").to_lowercase()
+    }
+}
+
+/// For the CLI tests: root, busybox-static and runc (they fail, never skip, without them).
+pub fn require_cli() {
+    require_root_and_busybox();
+    assert!(runc_binary().is_some(), "needs runc: apt-get install -y runc");
+}
+
 pub fn runc_binary() -> Option<PathBuf> {
     ["/usr/sbin/runc", "/usr/bin/runc"].iter().map(PathBuf::from).find(|p| p.exists())
 }
