@@ -2,6 +2,8 @@
 //! busybox-static), a temp state root, a dedicated cgroup parent, and leak checks on drop.
 #![allow(dead_code)]
 
+pub mod podman;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
