@@ -178,15 +178,28 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
             &with_env
         }
     };
+    let new_userns = ctx.plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER);
+    let joins_userns = ctx.plan.join_in_child.iter().any(|(f, _)| *f == nix::sched::CloneFlags::CLONE_NEWUSER);
+    // Cloned into a user namespace, the init is its root once the creator has written the maps
+    // (before it let the init go). Before the parent death signal: a change of uid clears it.
+    if new_userns {
+        become_root_of_user_namespace()?;
+    }
+    // A user namespace joined by path comes first; it also takes the host's privileges away.
+    if joins_userns {
+        namespaces::join(&ctx.plan.join_in_child[..1])?;
+        become_root_of_user_namespace()?;
+    }
     crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;
     // Nothing may ptrace or read /proc/<pid>/fd of the init while it holds host handles (as
     // runc's init, since CVE-2016-9962); exec makes the container's process dumpable again.
     nix::sys::prctl::set_dumpable(false).map_err(sys("make the init non-dumpable"))?;
-    // While it may still raise it (lowering it needs no privilege, raising it CAP_SYS_RESOURCE).
-    if let Some(adj) = process.oom_score_adj() {
+    // While it may still raise it (lowering it needs no privilege, raising it CAP_SYS_RESOURCE
+    // in the host's user namespace: in a user namespace of its own, its creator wrote it).
+    if let (Some(adj), false) = (process.oom_score_adj(), new_userns || joins_userns) {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string()).map_err(Error::OomScoreAdj)?;
     }
-    namespaces::join(&ctx.plan.join_in_child)?;
+    namespaces::join(&ctx.plan.join_in_child[usize::from(joins_userns)..])?;
     let mut cgroup = match ctx.cgroup.take() {
         Some(entry) => Some(PendingCgroup { hierarchies: cgroups::Hierarchies::open()?, entry }),
         None => None,
@@ -225,7 +238,7 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
         .any(|m| m.destination() == Path::new("/dev") && m.typ().as_deref() == Some("tmpfs"))
     {
         let devices = spec.linux().as_ref().and_then(|l| l.devices().clone()).unwrap_or_default();
-        rootfs::populate_dev(&root, &devices)?;
+        rootfs::populate_dev(&root, &devices, new_userns || joins_userns)?;
     }
     if hooks::any(ctx.hooks, &[Point::Prestart, Point::CreateRuntime, Point::CreateContainer]) {
         enter_cgroups(&mut cgroup)?;
@@ -296,6 +309,16 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     let err = prepared.exec(ctx.preserve_fds);
     let _ = std::io::stderr().write_all(b"kaji-runtime: exec failed\n");
     Err(err)
+}
+
+/// In a user namespace just entered (cloned into, or joined): uid and gid 0 of that namespace,
+/// as runc's init does, so that what it makes there (mount points, /dev) belongs to a mapped
+/// owner. Its capabilities in the namespace stay.
+pub fn become_root_of_user_namespace() -> Result<()> {
+    let (root_u, root_g) = (Uid::from_raw(0), Gid::from_raw(0));
+    nix::unistd::setresgid(root_g, root_g, root_g).map_err(sys("become gid 0 of the user namespace"))?;
+    nix::unistd::setresuid(root_u, root_u, root_u).map_err(sys("become uid 0 of the user namespace"))?;
+    Ok(())
 }
 
 /// A process ready to be exec'd: the executable found in the (container's) root, argv, envp.

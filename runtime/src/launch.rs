@@ -170,6 +170,25 @@ impl init::Parent for ToParent {
     }
 }
 
+/// Writes the user namespace maps of the init `pid` (cloned into a new one, and waiting for
+/// them), and its `oom_score_adj`, which it can no longer lower itself from in there.
+fn write_id_maps(pid: Pid, linux: &oci_spec::runtime::Linux, oom_score_adj: Option<i32>) -> Result<(), Failure> {
+    if let Some(adj) = oom_score_adj {
+        std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj.to_string())
+            .map_err(|e| format!("failed to set oom_score_adj: {e}"))?;
+    }
+    let text = |maps: &Option<Vec<oci_spec::runtime::LinuxIdMapping>>| {
+        let lines = maps.iter().flatten().map(|m| format!("{} {} {}\n", m.container_id(), m.host_id(), m.size()));
+        lines.collect::<String>()
+    };
+    // gid_map first (as runc): nothing about it depends on the uid map.
+    for (file, maps) in [("gid_map", linux.gid_mappings()), ("uid_map", linux.uid_mappings())] {
+        let path = format!("/proc/{pid}/{file}");
+        std::fs::write(&path, text(maps)).map_err(|e| format!("failed to write {path}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// What the state record says about a container, from its spec and how it was launched.
 pub fn record(
     id: &str,
@@ -272,7 +291,10 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
         Some(_) => cgroups::is_v1().map_err(|e| chain(&e))?,
         None => false,
     };
-    let ready = match v1 {
+    // In a user namespace the init cannot write the host's cgroup files: we move it in.
+    let userns = plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER)
+        || plan.join_in_child.iter().any(|(f, _)| *f == nix::sched::CloneFlags::CLONE_NEWUSER);
+    let ready = match v1 && !userns {
         true => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?),
         false => None,
     };
@@ -376,9 +398,23 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
             // ready; otherwise (cgroup v2) it waits until we have moved it in. Either way before
             // any hook or user code runs.
             let mut go = File::from(go_w);
+            if plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER) {
+                let adj = spec.process().as_ref().and_then(|p| p.oom_score_adj());
+                if let Err(e) = write_id_maps(pid, linux, adj) {
+                    return Err(fail(e));
+                }
+            }
             let default = Default::default();
             let resources = linux.resources().as_ref().unwrap_or(&default);
-            if let (Some(p), Some(mut ready)) = (&cgroups_path, ready) {
+            if let (Some(p), true, true) = (&cgroups_path, v1, userns) {
+                let made = cgroups::create_v1(p).and_then(|()| cgroups::apply_v1(p, resources));
+                if let Err(e) = made.and_then(|()| cgroups::join(p, pid)) {
+                    return Err(fail(chain(&e)));
+                }
+                if go.write_all(b"g").is_err() {
+                    return Err(fail("container init exited before setup".into()));
+                }
+            } else if let (Some(p), Some(mut ready)) = (&cgroups_path, ready) {
                 // An init that fails first says why on `rep`, read below: a write to it that
                 // fails here is not the error to report.
                 let _ = go.write_all(b"g");

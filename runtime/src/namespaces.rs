@@ -32,7 +32,8 @@ pub struct Plan {
     pub clone_flags: CloneFlags,
     /// Joined in the shim before clone (pid: it only applies to children).
     pub join_before_clone: Vec<(CloneFlags, PathBuf)>,
-    /// Joined by the container init itself (net, ipc, uts, mount, cgroup).
+    /// Joined by the container init itself (net, ipc, uts, mount, cgroup), a user namespace
+    /// first: it owns the others, and joining it gives the capabilities to join them.
     pub join_in_child: Vec<(CloneFlags, PathBuf)>,
 }
 
@@ -44,6 +45,7 @@ fn flag(typ: LinuxNamespaceType) -> Result<CloneFlags> {
         LinuxNamespaceType::Ipc => CloneFlags::CLONE_NEWIPC,
         LinuxNamespaceType::Network => CloneFlags::CLONE_NEWNET,
         LinuxNamespaceType::Cgroup => CloneFlags::CLONE_NEWCGROUP,
+        LinuxNamespaceType::User => CloneFlags::CLONE_NEWUSER,
         other => return Err(Error::Unsupported(other.to_string())),
     })
 }
@@ -59,6 +61,7 @@ pub fn plan(namespaces: &[LinuxNamespace]) -> Result<Plan> {
             Some(path) => plan.join_in_child.push((f, path.clone())),
         }
     }
+    plan.join_in_child.sort_by_key(|(f, _)| *f != CloneFlags::CLONE_NEWUSER);
     Ok(plan)
 }
 
@@ -110,7 +113,14 @@ mod tests {
     }
 
     #[test]
-    fn user_namespaces_are_refused() {
-        assert!(matches!(plan(&[ns(LinuxNamespaceType::User, None)]), Err(Error::Unsupported(_))));
+    fn a_user_namespace_is_made_with_the_others_or_joined_before_them() {
+        let p = plan(&[ns(LinuxNamespaceType::User, None), ns(LinuxNamespaceType::Mount, None)]).expect("supported");
+        assert_eq!(p.clone_flags, CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS);
+        let p = plan(&[
+            ns(LinuxNamespaceType::Network, Some("/run/netns/pod")),
+            ns(LinuxNamespaceType::User, Some("/proc/7/ns/user")),
+        ])
+        .expect("supported");
+        assert_eq!(p.join_in_child[0], (CloneFlags::CLONE_NEWUSER, PathBuf::from("/proc/7/ns/user")));
     }
 }

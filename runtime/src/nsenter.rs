@@ -49,9 +49,11 @@ pub struct Args {
     pub cgroup: Option<String>,
 }
 
-/// The namespaces an exec'd process joins, in the order they are joined: the mount namespace
-/// last, because its files (/proc/<pid>/ns/*) are the host's.
-const NAMESPACES: [(&str, CloneFlags); 6] = [
+/// The namespaces an exec'd process joins, in the order they are joined: the user namespace
+/// first (it owns the others), the mount namespace last, because its files (/proc/<pid>/ns/*)
+/// are the host's.
+const NAMESPACES: [(&str, CloneFlags); 7] = [
+    ("user", CloneFlags::CLONE_NEWUSER),
     ("cgroup", CloneFlags::CLONE_NEWCGROUP),
     ("ipc", CloneFlags::CLONE_NEWIPC),
     ("uts", CloneFlags::CLONE_NEWUTS),
@@ -153,6 +155,9 @@ fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, 
     }
     for (file, flag) in &namespaces {
         nix::sched::setns(file, *flag).map_err(|e| format!("failed to join {flag:?} namespace: {e}"))?;
+        if *flag == CloneFlags::CLONE_NEWUSER {
+            crate::init::become_root_of_user_namespace().map_err(|e| chain(&e))?;
+        }
     }
     drop(namespaces);
     let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create pipe: {e}"))?;

@@ -232,8 +232,9 @@ const DEVICES: &[(&str, u64, u64)] =
     &[("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)];
 
 /// Creates the spec's device nodes (`linux.devices`), then the defaults it did not name, and
-/// the /dev symlinks.
-pub fn populate_dev(rootfs: &Path, devices: &[LinuxDevice]) -> Result<()> {
+/// the /dev symlinks. In a user namespace, where mknod is refused, each node is a bind mount of
+/// the host's node at the same path, as runc makes them there.
+pub fn populate_dev(rootfs: &Path, devices: &[LinuxDevice], in_userns: bool) -> Result<()> {
     for d in devices {
         let path = resolve(rootfs, d.path())?;
         if path.symlink_metadata().is_ok() {
@@ -249,6 +250,10 @@ pub fn populate_dev(rootfs: &Path, devices: &[LinuxDevice]) -> Result<()> {
         };
         let mode = Mode::from_bits_truncate(d.file_mode().unwrap_or(0o666));
         let dev = makedev(d.major() as u64, d.minor() as u64);
+        if in_userns {
+            bind_device(d.path(), &path)?;
+            continue;
+        }
         let err = |source| Error::Device { path: path.clone(), source };
         mknod(&path, kind, mode, dev).map_err(err)?;
         nix::sys::stat::fchmodat(None, &path, mode, nix::sys::stat::FchmodatFlags::FollowSymlink).map_err(err)?;
@@ -264,6 +269,10 @@ pub fn populate_dev(rootfs: &Path, devices: &[LinuxDevice]) -> Result<()> {
     for (name, major, minor) in DEVICES {
         let path = dev.join(name);
         if path.exists() {
+            continue;
+        }
+        if in_userns {
+            bind_device(&Path::new("/dev").join(name), &path)?;
             continue;
         }
         mknod(&path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(*major, *minor))
@@ -295,6 +304,13 @@ pub fn populate_dev(rootfs: &Path, devices: &[LinuxDevice]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The host's device node `host` bind-mounted at `path` (an empty file made for it).
+fn bind_device(host: &Path, path: &Path) -> Result<()> {
+    std::fs::File::create(path).map_err(|source| Error::Create { path: path.to_path_buf(), source })?;
+    mount(Some(host), path, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|source| Error::Device { path: path.to_path_buf(), source })
 }
 
 /// pivot_root into `rootfs` and detach the old root (pivot_root(".", ".") as runc does).

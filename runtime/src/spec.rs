@@ -59,6 +59,8 @@ pub enum Error {
     NetDevice { name: String, why: &'static str },
     #[error("user namespace mappings specified, but user namespace isn't enabled in the config")]
     MappingsWithoutUserNamespace,
+    #[error("user namespaces enabled, but no {0} mappings found")]
+    UserNamespaceWithoutMappings(&'static str),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -113,7 +115,8 @@ pub fn validate(spec: &Spec, bundle: &Path) -> Result<()> {
             | LinuxNamespaceType::Uts
             | LinuxNamespaceType::Ipc
             | LinuxNamespaceType::Network
-            | LinuxNamespaceType::Cgroup => {}
+            | LinuxNamespaceType::Cgroup
+            | LinuxNamespaceType::User => {}
             other => return Err(Error::UnsupportedNamespace(other.to_string())),
         }
         if !seen.insert(ns.typ()) {
@@ -168,6 +171,14 @@ fn validate_paths(spec: &Spec, linux: &oci_spec::runtime::Linux) -> Result<()> {
         || linux.gid_mappings().iter().flatten().next().is_some();
     if mappings && !has_namespace(linux, LinuxNamespaceType::User) {
         return Err(Error::MappingsWithoutUserNamespace);
+    }
+    // A new user namespace maps someone (runc's rule; one joined by path has its maps).
+    if linux.namespaces().iter().flatten().any(|n| n.typ() == LinuxNamespaceType::User && n.path().is_none()) {
+        for (what, maps) in [("uid", linux.uid_mappings()), ("gid", linux.gid_mappings())] {
+            if maps.iter().flatten().next().is_none() {
+                return Err(Error::UserNamespaceWithoutMappings(what));
+            }
+        }
     }
     Ok(())
 }
@@ -450,10 +461,15 @@ mod tests {
         let (dir, mut spec) = bundle_with_rootfs();
         let mut linux = spec.linux().clone().expect("has linux");
         let mut ns = linux.namespaces().clone().unwrap_or_default();
+        ns.push(LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::Time).build().expect("valid"));
+        linux.set_namespaces(Some(ns.clone()));
+        spec.set_linux(Some(linux.clone()));
+        assert!(matches!(validate(&spec, dir.path()), Err(Error::UnsupportedNamespace(_))));
+        ns.pop();
         ns.push(LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::User).build().expect("valid"));
         linux.set_namespaces(Some(ns));
         spec.set_linux(Some(linux.clone()));
-        assert!(matches!(validate(&spec, dir.path()), Err(Error::UnsupportedNamespace(_))));
+        assert!(matches!(validate(&spec, dir.path()), Err(Error::UserNamespaceWithoutMappings("uid"))));
 
         linux.set_namespaces(None);
         linux.set_cgroups_path(Some(PathBuf::from("/")));
