@@ -137,6 +137,8 @@ pub struct Context<'a> {
     pub extra_env: &'a [String],
     /// The container's cgroups path (the spec's, or the default one).
     pub cgroups_path: Option<&'a Path>,
+    /// With SCMP_ACT_NOTIFY in the profile: a socket to the creator for the filter's listener.
+    pub seccomp_listener: Option<OwnedFd>,
 }
 
 /// What the init needs from the shim at its two synchronisation points.
@@ -267,7 +269,12 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     }
     let hardening = prepare_process(spec, process)?;
     enter_cgroups(&mut cgroup)?;
-    let prepared = hardening.apply()?;
+    let mut prepared = hardening.apply()?;
+    // SCMP_ACT_NOTIFY: the listener goes to the creator, which hands it to `listenerPath`.
+    if let (Some(sock), Some(fd)) = (&ctx.seccomp_listener, prepared.listener.take()) {
+        crate::sys::send_fd(std::os::fd::AsFd::as_fd(sock), std::os::fd::AsFd::as_fd(&fd))
+            .map_err(sys("pass the seccomp listener to the runtime"))?;
+    }
 
     let slave = match &ctx.terminal {
         Some(sock) => {
@@ -326,6 +333,9 @@ pub struct Prepared {
     exe: CString,
     args: Vec<CString>,
     env: Vec<CString>,
+    /// The seccomp filter's listener (SCMP_ACT_NOTIFY), for the runtime to hand to the agent
+    /// at `listenerPath`; dropped at exec at the latest (it is close-on-exec).
+    pub listener: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -368,7 +378,7 @@ pub fn prepare_process<'a>(spec: &Spec, process: &'a Process) -> Result<Hardenin
         Some(profile) => Some(seccomp::filter_for(profile)?),
         None => None,
     };
-    Ok(Hardening { process, prepared: Prepared { exe, args, env }, filter })
+    Ok(Hardening { process, prepared: Prepared { exe, args, env, listener: None }, filter })
 }
 
 impl Hardening<'_> {
@@ -381,9 +391,10 @@ impl Hardening<'_> {
             setrlimit(resource(rl.typ()), rl.soft(), rl.hard()).map_err(sys(format!("set rlimit {}", rl.typ())))?;
         }
         let nnp = process.no_new_privileges().unwrap_or(false);
+        let mut prepared = self.prepared;
         // Without no_new_privs, loading a filter needs CAP_SYS_ADMIN: do it before dropping caps.
         if let (Some(f), false) = (&self.filter, nnp) {
-            seccomp::load(f)?;
+            prepared.listener = seccomp::load(f)?;
         }
         let cwd = PathBuf::from(process.cwd());
         nix::unistd::chdir(&cwd).map_err(sys(format!("chdir to {}", cwd.display())))?;
@@ -392,9 +403,9 @@ impl Hardening<'_> {
             nix::sys::prctl::set_no_new_privs().map_err(sys("set no_new_privs"))?;
         }
         if let (Some(f), true) = (&self.filter, nnp) {
-            seccomp::load(f)?;
+            prepared.listener = seccomp::load(f)?;
         }
-        Ok(self.prepared)
+        Ok(prepared)
     }
 }
 

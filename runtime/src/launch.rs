@@ -278,6 +278,19 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
         (Streams::Inherit, false) => Some((dup_ours(0)?, dup_ours(1)?, dup_ours(2)?)),
         _ => None,
     };
+    // SCMP_ACT_NOTIFY: the init sends its filter's listener fd back over this, before `ready`.
+    let notify = linux.seccomp().as_ref().filter(|p| crate::seccomp::uses_notify(p));
+    let listener_sock = match notify {
+        Some(_) => Some(
+            std::os::unix::net::UnixStream::pair()
+                .map_err(|e| format!("failed to create the seccomp listener socket: {e}"))?,
+        ),
+        None => None,
+    };
+    let (listener_ours, listener_theirs) = match listener_sock {
+        Some((ours, theirs)) => (Some(ours), Some(OwnedFd::from(theirs))),
+        None => (None, None),
+    };
     let (go_r, go_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
     let (rep_r, rep_w) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
@@ -363,13 +376,14 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                 detached: req.detached,
                 extra_env: &req.extra_env,
                 cgroups_path: cgroups_path.as_deref(),
+                seccomp_listener: listener_theirs,
             };
             let err = init::run(ctx, &mut to_parent);
             let _ = writeln!(to_parent.rep, "error: {}", chain(&err));
             std::process::exit(1);
         }
         Forked::Parent(pid) => {
-            drop((go_r, rep_w, start, start_status, stdin, inherited));
+            drop((go_r, rep_w, start, start_status, stdin, inherited, listener_theirs));
             let ready = ready.map(|(r, w)| {
                 drop(r);
                 File::from(w)
@@ -451,6 +465,19 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                     }
                     "" => return Err(fail("container init exited during setup".into())),
                     other => return Err(fail(other.strip_prefix("error: ").unwrap_or(other).to_string())),
+                }
+            }
+            // And its seccomp listener, which goes to the agent at listenerPath (as runc does).
+            if let (Some(sock), Some(profile)) = (&listener_ours, notify) {
+                let fd = match sys::recv_fd(sock.as_fd()) {
+                    Ok(Some(fd)) => fd,
+                    Ok(None) => return Err(fail("the init sent no seccomp listener".into())),
+                    Err(e) => return Err(fail(format!("failed to receive the seccomp listener: {e}"))),
+                };
+                let creating = State { pid: pid.as_raw(), ..hook_state.clone() };
+                let message = crate::seccomp::process_state(profile, pid.as_raw(), &creating);
+                if let Err(e) = crate::seccomp::send_to_listener(profile, &message, fd.as_fd()) {
+                    return Err(fail(chain(&e)));
                 }
             }
             // The init sent its terminal's master before reporting ready.

@@ -8,8 +8,6 @@ use oci_spec::runtime::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("seccomp action {0} is not supported")]
-    Action(String),
     #[error("failed to {op} seccomp filter")]
     Filter {
         op: &'static str,
@@ -20,6 +18,14 @@ pub enum Error {
     Export(#[source] std::io::Error),
     #[error("failed to load seccomp filter")]
     Load(#[source] std::io::Error),
+    #[error("SCMP_ACT_NOTIFY {0}")]
+    Notify(&'static str),
+    #[error("failed to pass the seccomp notify fd to {path}")]
+    Listener {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to add seccomp rule for {name}")]
     Rule {
         name: String,
@@ -105,8 +111,8 @@ pub fn default_profile() -> LinuxSeccomp {
         .expect("static seccomp profile is valid")
 }
 
-fn action(action: LinuxSeccompAction, errno: Option<u32>) -> Result<ScmpAction> {
-    Ok(match action {
+fn action(action: LinuxSeccompAction, errno: Option<u32>) -> ScmpAction {
+    match action {
         LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => ScmpAction::KillThread,
         LinuxSeccompAction::ScmpActKillProcess => ScmpAction::KillProcess,
         LinuxSeccompAction::ScmpActTrap => ScmpAction::Trap,
@@ -114,8 +120,8 @@ fn action(action: LinuxSeccompAction, errno: Option<u32>) -> Result<ScmpAction> 
         LinuxSeccompAction::ScmpActTrace => ScmpAction::Trace(errno.unwrap_or(libc::EPERM as u32) as u16),
         LinuxSeccompAction::ScmpActLog => ScmpAction::Log,
         LinuxSeccompAction::ScmpActAllow => ScmpAction::Allow,
-        other => return Err(Error::Action(other.to_string())),
-    })
+        LinuxSeccompAction::ScmpActNotify => ScmpAction::Notify,
+    }
 }
 
 fn arch(arch: Arch) -> Option<ScmpArch> {
@@ -146,11 +152,41 @@ fn compare(op: LinuxSeccompOperator, value_two: Option<u64>) -> ScmpCompareOp {
 pub struct Filter {
     /// `struct sock_filter` instructions, 8 bytes each, in host byte order.
     bpf: Vec<u8>,
+    /// Some rule's action is SCMP_ACT_NOTIFY: loading it makes a listener fd.
+    notify: bool,
+}
+
+/// Pure: whether the profile asks for SCMP_ACT_NOTIFY anywhere (then the runtime hands the
+/// filter's listener fd to `listenerPath`).
+pub fn uses_notify(profile: &LinuxSeccomp) -> bool {
+    profile.default_action() == LinuxSeccompAction::ScmpActNotify
+        || profile.syscalls().iter().flatten().any(|r| r.action() == LinuxSeccompAction::ScmpActNotify)
+}
+
+/// Pure: runc's rules for SCMP_ACT_NOTIFY. Not the default action (every syscall would wait for
+/// the listener, the ones the runtime makes to hand it over included), never for `write`, and
+/// only with a `listenerPath` to hand the fd to.
+fn check_notify(profile: &LinuxSeccomp) -> Result<()> {
+    if !uses_notify(profile) {
+        return Ok(());
+    }
+    if profile.default_action() == LinuxSeccompAction::ScmpActNotify {
+        return Err(Error::Notify("cannot be used as default action"));
+    }
+    let notify = |r: &&oci_spec::runtime::LinuxSyscall| r.action() == LinuxSeccompAction::ScmpActNotify;
+    if profile.syscalls().iter().flatten().filter(notify).any(|r| r.names().iter().any(|n| n == "write")) {
+        return Err(Error::Notify("cannot be used for the write syscall"));
+    }
+    if profile.listener_path().is_none() {
+        return Err(Error::Notify("needs seccomp.listenerPath, the socket its listener fd is sent to"));
+    }
+    Ok(())
 }
 
 /// Compiles the profile into BPF. Syscall names unknown on this architecture are skipped, as
 /// runc does.
 pub fn compile(profile: &LinuxSeccomp) -> Result<Filter> {
+    check_notify(profile)?;
     let ctx = context(profile)?;
     // libseccomp 2.5 (Debian 12) exports to a file descriptor only.
     let memfd = nix::sys::memfd::memfd_create(c"kaji-seccomp", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
@@ -161,7 +197,7 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Filter> {
     std::io::Seek::rewind(&mut file)
         .and_then(|()| std::io::Read::read_to_end(&mut file, &mut bpf))
         .map_err(Error::Export)?;
-    Ok(Filter { bpf })
+    Ok(Filter { bpf, notify: uses_notify(profile) })
 }
 
 /// The default profile and its filter, compiled once per process by [`warm_up`].
@@ -188,7 +224,7 @@ pub fn filter_for(profile: &LinuxSeccomp) -> Result<std::borrow::Cow<'static, Fi
 
 /// Builds libseccomp's filter context for the profile.
 fn context(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
-    let default = action(profile.default_action(), profile.default_errno_ret())?;
+    let default = action(profile.default_action(), profile.default_errno_ret());
     let mut ctx = ScmpFilterContext::new(default).map_err(|source| Error::Filter { op: "create", source })?;
     for a in profile.architectures().iter().flatten().filter_map(|a| arch(*a)) {
         if a != ScmpArch::native() {
@@ -198,7 +234,7 @@ fn context(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
     // no_new_privs is set by the process module according to the spec, not implicitly here.
     ctx.set_ctl_nnp(false).map_err(|source| Error::Filter { op: "configure", source })?;
     for rule in profile.syscalls().iter().flatten() {
-        let act = action(rule.action(), rule.errno_ret())?;
+        let act = action(rule.action(), rule.errno_ret());
         if act == default {
             continue;
         }
@@ -222,10 +258,36 @@ fn context(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
 }
 
 /// Loads a compiled filter into the calling thread (inherited across exec) as libseccomp's own
-/// load does with the attributes [`context`] sets (no flags): `seccomp(SECCOMP_SET_MODE_FILTER,
-/// 0, prog)`. Without no_new_privs this needs CAP_SYS_ADMIN.
-pub fn load(filter: &Filter) -> Result<()> {
-    crate::sys::load_seccomp_filter(&filter.bpf).map_err(|e| Error::Load(e.into()))
+/// load does with the attributes [`context`] sets: `seccomp(SECCOMP_SET_MODE_FILTER, flags,
+/// prog)`, with SECCOMP_FILTER_FLAG_NEW_LISTENER when the filter notifies — its listener fd is
+/// returned then. Without no_new_privs this needs CAP_SYS_ADMIN.
+pub fn load(filter: &Filter) -> Result<Option<std::os::fd::OwnedFd>> {
+    crate::sys::load_seccomp_filter(&filter.bpf, filter.notify).map_err(|e| Error::Load(e.into()))
+}
+
+/// What runc sends to a seccomp agent at `listenerPath` with the listener fd (SCM_RIGHTS), as
+/// one message: `ContainerProcessState` of the runtime spec.
+pub fn process_state(profile: &LinuxSeccomp, pid: i32, state: &crate::state::State) -> serde_json::Value {
+    serde_json::json!({
+        "ociVersion": crate::state::OCI_VERSION,
+        "fds": ["seccompFd"],
+        "pid": pid,
+        "metadata": profile.listener_metadata().clone().unwrap_or_default(),
+        "state": state,
+    })
+}
+
+/// Connects to the profile's `listenerPath` and sends it `message` with the listener `fd`.
+pub fn send_to_listener(
+    profile: &LinuxSeccomp,
+    message: &serde_json::Value,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Result<()> {
+    let path = profile.listener_path().clone().unwrap_or_default();
+    let err = |source: std::io::Error| Error::Listener { path: path.clone(), source };
+    let sock = std::os::unix::net::UnixStream::connect(&path).map_err(err)?;
+    let data = serde_json::to_vec(message).map_err(|e| err(e.into()))?;
+    crate::sys::send_with_fd(std::os::fd::AsFd::as_fd(&sock), &data, fd).map_err(|e| err(e.into()))
 }
 
 #[cfg(test)]
@@ -260,10 +322,33 @@ mod tests {
     }
 
     #[test]
-    fn notify_action_is_refused_with_its_name() {
-        let mut profile = default_profile();
-        profile.set_default_action(LinuxSeccompAction::ScmpActNotify);
-        let err = compile(&profile).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("SCMP_ACT_NOTIFY"), "{err}");
+    fn notify_follows_runcs_rules() {
+        let notify = |names: &[&str]| {
+            let mut profile = default_profile();
+            let mut rules = profile.syscalls().clone().unwrap_or_default();
+            rules.push(
+                LinuxSyscallBuilder::default()
+                    .names(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    .action(LinuxSeccompAction::ScmpActNotify)
+                    .build()
+                    .expect("valid rule"),
+            );
+            profile.set_syscalls(Some(rules));
+            profile
+        };
+        let err = |p: &LinuxSeccomp| compile(p).err().map(|e| e.to_string()).unwrap_or_default();
+        let mut p = notify(&["mkdir"]);
+        assert!(err(&p).contains("listenerPath"), "{}", err(&p));
+        p.set_listener_path(Some("/run/agent.sock".into()));
+        let filter = compile(&p).expect("compiles");
+        assert!(filter.notify && uses_notify(&p));
+        assert!(!compile(&default_profile()).expect("compiles").notify);
+        let mut p = notify(&["write"]);
+        p.set_listener_path(Some("/run/agent.sock".into()));
+        assert!(err(&p).contains("write syscall"), "{}", err(&p));
+        let mut p = default_profile();
+        p.set_default_action(LinuxSeccompAction::ScmpActNotify);
+        p.set_listener_path(Some("/run/agent.sock".into()));
+        assert!(err(&p).contains("default action"), "{}", err(&p));
     }
 }

@@ -65,8 +65,9 @@ pub fn openat(dir: BorrowedFd<'_>, path: &std::path::Path, flags: nix::fcntl::OF
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)` with `bpf`, an array of `struct sock_filter`.
-pub fn load_seccomp_filter(bpf: &[u8]) -> Result<(), Errno> {
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)` with `bpf`, an array of `struct
+/// sock_filter`; with `listener`, SECCOMP_FILTER_FLAG_NEW_LISTENER, and the fd it returns.
+pub fn load_seccomp_filter(bpf: &[u8], listener: bool) -> Result<Option<OwnedFd>, Errno> {
     let size = std::mem::size_of::<libc::sock_filter>();
     if bpf.is_empty() || !bpf.len().is_multiple_of(size) || bpf.len() / size > usize::from(u16::MAX) {
         return Err(Errno::EINVAL);
@@ -83,12 +84,15 @@ pub fn load_seccomp_filter(bpf: &[u8]) -> Result<(), Errno> {
         .collect();
     let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr().cast_mut() };
     // SAFETY: `prog` points at `program`, which outlives the call; the kernel copies it.
-    let ret =
-        unsafe { libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog as *const libc::sock_fprog) };
+    let flags = if listener { libc::SECCOMP_FILTER_FLAG_NEW_LISTENER } else { 0 };
+    let ret = unsafe {
+        libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog)
+    };
     if ret < 0 {
         return Err(Errno::last());
     }
-    Ok(())
+    // SAFETY: with NEW_LISTENER, seccomp(2) returned a new fd that nothing else owns.
+    Ok(listener.then(|| unsafe { OwnedFd::from_raw_fd(ret as RawFd) }))
 }
 
 /// `mount_setattr(2)` on the mount at `path` (and, `recursive`, every mount below it): sets

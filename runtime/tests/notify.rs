@@ -1,0 +1,80 @@
+//! SCMP_ACT_NOTIFY through the runc command line, kaji-runtime against runc: the filter's
+//! listener fd goes to the seccomp agent at `listenerPath` with the container's process state,
+//! and the agent's answer is what the container's syscall returns. Root only, needs
+//! busybox-static and runc.
+
+mod common;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+
+use common::{Cli, Fixture};
+use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+use oci_spec::runtime::{LinuxSeccompAction, LinuxSyscallBuilder};
+use serde_json::Value;
+
+/// One agent session: the message and fd from the runtime, then one notification answered
+/// with ENOSPC. Returns the message and the syscall it was asked about.
+fn agent(listener: &UnixListener) -> anyhow::Result<(Value, String)> {
+    let (conn, _) = listener.accept()?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (n, fd) = kaji_runtime::sys::recv_with_fd(std::os::fd::AsFd::as_fd(&conn), &mut buf)?;
+    let message: Value = serde_json::from_slice(&buf[..n])?;
+    let fd: OwnedFd = fd.ok_or_else(|| anyhow::anyhow!("no fd with the message"))?;
+    let mut poll = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&fd), nix::poll::PollFlags::POLLIN)];
+    anyhow::ensure!(nix::poll::poll(&mut poll, nix::poll::PollTimeout::from(10_000u16))? == 1, "no notification");
+    let req = ScmpNotifReq::receive(fd.as_raw_fd())?;
+    let name = req.data.syscall.get_name()?;
+    ScmpNotifResp::new_error(req.id, -libc::ENOSPC, ScmpNotifRespFlags::empty()).respond(fd.as_raw_fd())?;
+    Ok((message, name))
+}
+
+#[test]
+fn a_notify_rule_hands_the_listener_to_the_agent_and_the_agent_answers() -> anyhow::Result<()> {
+    common::require_cli();
+    let mut fx = Fixture::new()?;
+    let socket = fx.dir.join("agent.sock");
+    let listener = UnixListener::bind(&socket)?;
+    let mut seen = Vec::new();
+    for cli in Cli::both() {
+        let id = cli.id("notify");
+        let mut spec = fx.spec(&id, "mkdir /tmp/made; echo mkdir=$?; ls -d /tmp/made 2>&1; exit 0")?;
+        common::edit_linux(&mut spec, |linux| {
+            let mut profile = linux.seccomp().clone().expect("the default profile");
+            let mut rules = profile.syscalls().clone().unwrap_or_default();
+            rules.push(
+                LinuxSyscallBuilder::default()
+                    .names(vec!["mkdir".to_string(), "mkdirat".to_string()])
+                    .action(LinuxSeccompAction::ScmpActNotify)
+                    .build()
+                    .expect("valid rule"),
+            );
+            profile.set_syscalls(Some(rules));
+            profile.set_listener_path(Some(socket.clone()));
+            profile.set_listener_metadata(Some(format!("meta-{id}")));
+            linux.set_seccomp(Some(profile));
+        })?;
+        let bundle = fx.bundle(&id, &spec)?;
+        fx.created.push(id.clone());
+        let agent = std::thread::scope(|s| {
+            let agent = s.spawn(|| agent(&listener));
+            let out = cli.cmd(&fx, &["run", "--bundle", &bundle.display().to_string(), &id]).output();
+            (agent.join(), out)
+        });
+        let (message, syscall) = agent.0.map_err(|_| anyhow::anyhow!("agent panicked"))??;
+        let out = agent.1?;
+        assert!(out.status.success(), "{cli:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(message["fds"], serde_json::json!(["seccompFd"]), "{cli:?}: {message}");
+        assert_eq!(message["metadata"], format!("meta-{id}"), "{cli:?}: {message}");
+        assert_eq!(message["state"]["id"], id.as_str(), "{cli:?}: {message}");
+        assert!(message["pid"].as_i64().is_some_and(|p| p > 1), "{cli:?}: {message}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(stdout, "mkdir=1\nls: /tmp/made: No such file or directory\n", "{cli:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains("No space left on device"), "{cli:?}: the agent's answer: {stderr}");
+        seen.push((syscall, message["state"]["status"].clone(), message["ociVersion"].is_string(), stdout, stderr));
+    }
+    assert_eq!(seen[0], seen[1], "kaji vs runc");
+    fx.assert_clean();
+    Ok(())
+}
