@@ -40,7 +40,7 @@ pub fn plan_v1(mountinfo: &str, self_cgroup: &str, dest: &Path, cgroupns: bool) 
             (!names.is_empty()).then(|| (names.split(',').collect(), path))
         })
         .collect();
-    for h in crate::cgroups::parse_v1_mounts(mountinfo) {
+    for h in crate::cgroups::parse_v1_hierarchies(mountinfo) {
         let Some((names, path)) =
             paths.iter().find(|(names, _)| names.iter().all(|n| h.controllers.iter().any(|c| c == n)))
         else {
@@ -138,8 +138,9 @@ mod tests {
         32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
         35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
         40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd\n\
-        41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-    const SELF: &str = "5:name=systemd:/user.slice\n4:memory:/docker/abc/c1\n2:cpu,cpuacct:/c1\n0::/c1\n";
+        41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n\
+        42 31 0:39 / /sys/fs/cgroup/rdma rw,relatime - cgroup cgroup rw,rdma\n";
+    const SELF: &str = "6:rdma:/\n5:name=systemd:/user.slice\n4:memory:/docker/abc/c1\n2:cpu,cpuacct:/c1\n0::/c1\n";
 
     #[test]
     fn v1_binds_the_containers_own_cgroup_of_each_hierarchy() {
@@ -153,6 +154,8 @@ mod tests {
                 // The memory hierarchy is mounted from /docker/abc: the path is relative to it.
                 Step::Bind { source: PathBuf::from("/sys/fs/cgroup/memory/c1"), dest: d("memory") },
                 Step::Bind { source: PathBuf::from("/sys/fs/cgroup/systemd/user.slice"), dest: d("systemd") },
+                // A controller no container is put in (it stays in the root): shown all the same.
+                Step::Bind { source: PathBuf::from("/sys/fs/cgroup/rdma"), dest: d("rdma") },
                 Step::Symlink { target: "cpu,cpuacct".into(), link: d("cpu") },
                 Step::Symlink { target: "cpu,cpuacct".into(), link: d("cpuacct") },
             ]

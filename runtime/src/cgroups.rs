@@ -276,9 +276,23 @@ pub fn v1_mounts() -> Result<&'static [V1Mount]> {
     Ok(MOUNTS.get_or_init(|| mounts))
 }
 
+/// v1 controllers no container is put in by libcgroups, which still have hierarchies of their
+/// own on some hosts (runc's `cgroup` mount shows them).
+const V1_OTHER_CONTROLLERS: &[&str] = &["rdma", "misc", "debug"];
+
 /// Pure: the cgroup v1 mounts in a mountinfo text that carry a controller we manage or a name
 /// (`name=systemd`).
 pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
+    parse_v1(mountinfo, |o| V1_CONTROLLERS.contains(&o) || o.starts_with("name="))
+}
+
+/// Pure: every cgroup v1 hierarchy in a mountinfo text, those of controllers we do not manage
+/// included (what a container's `cgroup` mount shows on v1).
+pub fn parse_v1_hierarchies(mountinfo: &str) -> Vec<V1Mount> {
+    parse_v1(mountinfo, |o| V1_CONTROLLERS.contains(&o) || V1_OTHER_CONTROLLERS.contains(&o) || o.starts_with("name="))
+}
+
+fn parse_v1(mountinfo: &str, controller: impl Fn(&str) -> bool) -> Vec<V1Mount> {
     let mut mounts: Vec<V1Mount> = mountinfo
         .lines()
         .filter_map(|line| {
@@ -290,11 +304,7 @@ pub fn parse_v1_mounts(mountinfo: &str) -> Vec<V1Mount> {
                 return None;
             }
             let options = fs.nth(1)?;
-            let controllers: Vec<String> = options
-                .split(',')
-                .filter(|o| V1_CONTROLLERS.contains(o) || o.starts_with("name="))
-                .map(str::to_string)
-                .collect();
+            let controllers: Vec<String> = options.split(',').filter(|o| controller(o)).map(str::to_string).collect();
             (!controllers.is_empty()).then(|| V1Mount {
                 mount_point: PathBuf::from(mount_point),
                 root: PathBuf::from(root),
