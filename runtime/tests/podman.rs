@@ -57,6 +57,14 @@ const CASES: &[Case] = &[
         "",
     ),
     ("-t", &["--rm", "-t"], "tty", None, Some(0), "/dev/pts/0"),
+    (
+        "--uidmap",
+        &["--rm", "--uidmap", "0:100000:65536", "--gidmap", "0:100000:65536"],
+        "id -u; tr -s ' ' < /proc/self/uid_map; touch /tmp/x && echo touched",
+        None,
+        Some(0),
+        "0\n 0 100000 65536\ntouched",
+    ),
 ];
 
 #[test]
