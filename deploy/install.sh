@@ -100,7 +100,7 @@ fi
 # Each component's flags, in its environment file (the unit runs `<binary> $KAJI_ARGS`).
 args_of() {
   case "$1" in
-    kaji-apiserver) echo "--bind-address 0.0.0.0 --port $port --data-dir /var/lib/kaji/apiserver --service-cluster-ip-range $service_cidr" ;;
+    kaji-apiserver) echo "--insecure-bind-address 0.0.0.0 --insecure-port $port --data-dir /var/lib/kaji/apiserver --service-cluster-ip-range $service_cidr" ;;
     kaji-controller-manager) echo "--master http://127.0.0.1:$port --allocate-node-cidrs true --cluster-cidr $cluster_cidr" ;;
     kaji-scheduler) echo "--master http://127.0.0.1:$port" ;;
     kaji-agent) echo "--master $server --node-name $node_name --node-ip $node_ip --root-dir /var/lib/kaji-agent --cluster-cidr $cluster_cidr ${agent_args[*]}" ;;
