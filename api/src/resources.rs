@@ -183,9 +183,47 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res!(RBAC, "Role", "roles", "role", true, NONE, NONE, &[], true),
     res!(RBAC, "RoleBinding", "rolebindings", "rolebinding", true, NONE, NONE, &[], true),
     res!("storage.k8s.io", "StorageClass", "storageclasses", "storageclass", false, &["sc"], NONE, &[], false),
+    res!(
+        AUTHZ,
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        false,
+        NONE,
+        NONE,
+        &[],
+        false
+    ),
+    res!(
+        AUTHZ,
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        false,
+        NONE,
+        NONE,
+        &[],
+        false
+    ),
+    res!(AUTHZ, "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", false, NONE, NONE, &[], false),
+    res!(
+        AUTHZ,
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        true,
+        NONE,
+        NONE,
+        &[],
+        false
+    ),
+    res!(AUTHN, "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", false, NONE, NONE, &[], false),
+    res!(AUTHN, "TokenReview", "tokenreviews", "tokenreview", false, NONE, NONE, &[], false),
 ];
 
 const RBAC: &str = "rbac.authorization.k8s.io";
+const AUTHZ: &str = "authorization.k8s.io";
+const AUTHN: &str = "authentication.k8s.io";
 
 /// The API groups in discovery order (core first as "").
 pub fn groups() -> Vec<&'static str> {

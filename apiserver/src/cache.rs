@@ -85,6 +85,8 @@ struct State {
     history: VecDeque<Arc<WatchEvent>>,
     /// Every event with a revision above this one is in `history`.
     history_start: u64,
+    /// The revision of the last change (or load) of this resource: what derived views compare.
+    last_rev: u64,
 }
 
 /// One resource's cached objects and watchers.
@@ -125,7 +127,12 @@ impl ResourceCache {
         let (tx, _) = broadcast::channel(8192);
         Self {
             info,
-            state: RwLock::new(State { objects: BTreeMap::new(), history: VecDeque::new(), history_start: 0 }),
+            state: RwLock::new(State {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                history_start: 0,
+                last_rev: 0,
+            }),
             tx,
             history_limit,
         }
@@ -164,6 +171,7 @@ impl ResourceCache {
         st.objects = objects;
         st.history.clear();
         st.history_start = rev;
+        st.last_rev = rev;
     }
 
     fn apply(&self, ev: &storage::Event) {
@@ -177,6 +185,7 @@ impl ResourceCache {
             }
         };
         let mut st = self.write();
+        st.last_rev = ev.revision;
         let prev = match ev.kind {
             EventKind::Put => st.objects.insert(ev.key.clone(), obj.clone()),
             EventKind::Delete => st.objects.remove(&ev.key),
@@ -262,6 +271,11 @@ impl ResourceCache {
             Some(n) => st.history.iter().filter(|e| e.rev > n).cloned().collect(),
         };
         Ok(Subscription { initial, live: self.tx.subscribe(), rev: current_rev })
+    }
+
+    /// The revision of this resource's last change: equal values mean nothing changed between.
+    pub fn revision(&self) -> u64 {
+        self.read().last_rev
     }
 
     pub fn watcher_count(&self) -> usize {

@@ -1,5 +1,6 @@
 //! kaji-apiserver: a Kubernetes-compatible REST API over a durable store, with a watch cache.
 
+pub mod admission;
 pub mod agent_client;
 pub mod auth;
 pub mod cache;
@@ -51,6 +52,8 @@ pub struct Config {
     /// Keep the `kubernetes` Endpoints listing every live apiserver through leases
     /// (`--endpoint-reconciler-type=lease`); otherwise it lists this one.
     pub endpoint_leases: bool,
+    /// `--enable-admission-plugins` (run in Kubernetes' order).
+    pub admission_plugins: Vec<admission::Plugin>,
 }
 
 impl Config {
@@ -69,6 +72,7 @@ impl Config {
             authorization_modes: vec![auth::AuthorizationMode::AlwaysAllow],
             advertise_address: None,
             endpoint_leases: false,
+            admission_plugins: Vec::new(),
         }
     }
 }
@@ -116,14 +120,28 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let bootstrap =
         registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports, admission };
     bootstrap.bootstrap(advertise, config.endpoint_leases).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
+    auth::authz::bootstrap::reconcile(&bootstrap)
+        .map_err(|e| anyhow::anyhow!("failed to reconcile the default RBAC policy: {e}"))?;
     let cache =
         cache::Cache::start(store.clone(), config.watch_cache_size).context("failed to load the watch cache")?;
-    let registry = registry::Registry { cache: cache.clone(), ..bootstrap };
     let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let parts = Arc::new(auth::authz::Parts::start(&cache, shutdown.clone()));
+    let authz = auth::authorizer(&config.authorization_modes, Some(&parts)).map_err(anyhow::Error::msg)?;
+    let admission = admission::chain(
+        &config.admission_plugins,
+        &admission::Deps {
+            store: store.clone(),
+            cache: cache.clone(),
+            rbac: parts.rbac.clone(),
+            authorizer: authz.clone(),
+        },
+    );
+    let registry = registry::Registry { cache: cache.clone(), admission, ..bootstrap };
     // Plain HTTP is the explicit insecure port: everyone there is the insecure superuser.
     let authn = auth::authn::chain(&config.authentication, auth::authn::Fallback::InsecureSuperuser)
         .context("failed to set up authentication")?;
-    let security = http::pipeline::Security { authn, authz: auth::authorizer(&config.authorization_modes) };
+    let security =
+        http::pipeline::Security { authn, authz, modes: config.authorization_modes.clone(), parts: parts.clone() };
     let state = Arc::new(http::AppState {
         security,
         registry,

@@ -23,7 +23,8 @@ struct Args {
     /// and /version (401 everywhere else).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
-    /// Comma-separated authorizers, tried in order (the first allow wins): AlwaysAllow, AlwaysDeny.
+    /// Comma-separated authorizers, tried in order (the first allow wins; members of
+    /// system:masters are always allowed): AlwaysAllow, AlwaysDeny, Node, RBAC.
     #[arg(long, default_value = "AlwaysAllow")]
     authorization_mode: String,
     /// Address the rest of the cluster reaches this apiserver at (the `kubernetes` Service's
@@ -35,6 +36,12 @@ struct Args {
     /// with the embedded store, which serves one apiserver).
     #[arg(long, value_parser = ["lease", "none"])]
     endpoint_reconciler_type: Option<String>,
+    /// Comma-separated admission plugins to run: ServiceAccount (default account, projected
+    /// token volume), NodeRestriction (nodes change only their own objects). Kubernetes enables
+    /// ServiceAccount by default; here it needs the controller manager's default accounts, so it
+    /// is asked for (kaji lab does).
+    #[arg(long, default_value = "")]
+    enable_admission_plugins: String,
     /// Directory of the embedded store.
     #[arg(long, default_value = "/var/lib/kaji/apiserver")]
     data_dir: PathBuf,
@@ -138,6 +145,9 @@ async fn main() -> anyhow::Result<()> {
     config.authentication.anonymous = args.anonymous_auth;
     config.authorization_modes =
         kaji_apiserver::auth::AuthorizationMode::parse_list(&args.authorization_mode).map_err(anyhow::Error::msg)?;
+    config.admission_plugins = kaji_apiserver::admission::Plugin::parse_list(&args.enable_admission_plugins)
+        .map_err(anyhow::Error::msg)
+        .context("--enable-admission-plugins")?;
     config.service_cluster_ip_range = args.service_cluster_ip_range;
     config.service_node_port_range = parse_range(&args.service_node_port_range).context("--service-node-port-range")?;
     config.watch_cache_size = args.watch_cache_size.max(1);

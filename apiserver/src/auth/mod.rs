@@ -6,6 +6,7 @@
 //! admission on every write. Handlers never check identities: a request carries its `UserInfo`.
 
 pub mod authn;
+pub mod authz;
 pub mod request_info;
 pub mod storage;
 
@@ -183,15 +184,19 @@ impl Authorizer for AlwaysDeny {
     }
 }
 
-/// `--authorization-mode` values (Kubernetes' names). RBAC and Node plug in here.
+/// `--authorization-mode` values (Kubernetes' names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthorizationMode {
     AlwaysAllow,
     AlwaysDeny,
+    /// The Node authorizer ([`authz::node`]).
+    Node,
+    /// Roles and bindings ([`authz::rbac`]).
+    Rbac,
 }
 
 impl AuthorizationMode {
-    pub const NAMES: &'static [&'static str] = &["AlwaysAllow", "AlwaysDeny"];
+    pub const NAMES: &'static [&'static str] = &["AlwaysAllow", "AlwaysDeny", "Node", "RBAC"];
 
     /// A comma-separated list, in order, without repeats.
     pub fn parse_list(s: &str) -> Result<Vec<Self>, String> {
@@ -200,6 +205,8 @@ impl AuthorizationMode {
             let mode = match part {
                 "AlwaysAllow" => Self::AlwaysAllow,
                 "AlwaysDeny" => Self::AlwaysDeny,
+                "Node" => Self::Node,
+                "RBAC" => Self::Rbac,
                 other => {
                     return Err(format!(
                         "authorization-mode {other:?} is not a valid mode; supported: {}",
@@ -233,20 +240,25 @@ impl Authorizer for PrivilegedGroups {
     }
 }
 
-/// `system:masters`, then the modes in the order given.
-pub fn authorizer(modes: &[AuthorizationMode]) -> Arc<dyn Authorizer> {
+/// `system:masters`, then the modes in the order given. Node and RBAC need their `parts`
+/// (they read the watch cache); without them those modes are an error.
+pub fn authorizer(modes: &[AuthorizationMode], parts: Option<&authz::Parts>) -> Result<Arc<dyn Authorizer>, String> {
     let mut all: Vec<Arc<dyn Authorizer>> =
         vec![Arc::new(PrivilegedGroups(vec![names::SYSTEM_PRIVILEGED_GROUP.to_string()]))];
     for m in modes {
+        let needs = || parts.ok_or_else(|| format!("authorization-mode {m:?} needs the watch cache"));
         all.push(match m {
             AuthorizationMode::AlwaysAllow => Arc::new(AlwaysAllow),
             AuthorizationMode::AlwaysDeny => Arc::new(AlwaysDeny),
+            AuthorizationMode::Node => needs()?.node.clone(),
+            AuthorizationMode::Rbac => needs()?.rbac.clone(),
         });
     }
-    Arc::new(AuthorizerUnion(all))
+    Ok(Arc::new(AuthorizerUnion(all)))
 }
 
-/// The admission plugins, in Kubernetes' order (NodeRestriction and ServiceAccount plug in here).
+/// The admission plugins every registry carries, whatever `--enable-admission-plugins` says
+/// (DefaultStorageClass): the bootstrap registry's chain, and the tail of `crate::admission::chain`.
 pub fn admission(store: &Arc<dyn crate::storage::Store>) -> Arc<dyn Admission> {
     Arc::new(AdmissionChain(vec![Arc::new(storage::DefaultStorageClass::new(store.clone()))]))
 }
@@ -356,10 +368,12 @@ mod tests {
         assert!(AuthorizationMode::parse_list("AlwaysAllow,AlwaysAllow").is_err());
         let err = AuthorizationMode::parse_list("Magic").expect_err("unknown");
         assert!(err.contains("\"Magic\" is not a valid mode"), "{err}");
-        let deny = authorizer(&[AuthorizationMode::AlwaysDeny]).authorize(&Attributes::default());
+        let deny = authorizer(&[AuthorizationMode::AlwaysDeny], None)
+            .expect("no parts needed")
+            .authorize(&Attributes::default());
         assert_eq!(deny.decision, Decision::NoOpinion);
         let admin = Attributes { user: Arc::new(UserInfo::new("admin", &["system:masters"])), ..Default::default() };
-        let v = authorizer(&[AuthorizationMode::AlwaysDeny]).authorize(&admin);
+        let v = authorizer(&[AuthorizationMode::AlwaysDeny], None).expect("no parts needed").authorize(&admin);
         assert_eq!(v.decision, Decision::Allow, "system:masters is never subject to the modes");
     }
 

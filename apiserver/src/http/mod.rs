@@ -9,6 +9,7 @@ pub mod openapi;
 pub mod path;
 pub mod pipeline;
 mod protobuf;
+pub mod reviews;
 pub mod table;
 mod watch;
 
@@ -362,6 +363,9 @@ async fn dispatch(
         None => None,
         Some(name) => Some(Subresource::parse(name).filter(|sr| info.has(*sr)).ok_or_else(not_found)?),
     };
+    if info.is_virtual() {
+        return reviews::serve(s, info, rp.namespace.as_deref(), rp.name.is_some(), method, headers, user, &body).await;
+    }
     resource_request(s, info, &rp, sub, method, &q, headers, user, &accept, body).await
 }
 

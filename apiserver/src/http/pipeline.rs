@@ -16,10 +16,13 @@ use axum::serve::IncomingStream;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Who decides: the authentication chain and the authorizer (the union of the modes).
+/// Who decides: the authentication chain and the authorizer (the union of the modes), with the
+/// modes and the stateful authorizers themselves (rule listings, escalation checks).
 pub struct Security {
     pub authn: authn::Chain,
     pub authz: Arc<dyn Authorizer>,
+    pub modes: Vec<crate::auth::AuthorizationMode>,
+    pub parts: Arc<crate::auth::authz::Parts>,
 }
 
 /// A connection's peer: its address and, over TLS, the certificate chain it presented.

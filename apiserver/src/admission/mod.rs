@@ -1,0 +1,85 @@
+//! Admission plugins (`--enable-admission-plugins`), in Kubernetes' order: ServiceAccount, then
+//! NodeRestriction; and the RBAC escalation check every RBAC write gets (Kubernetes does it in
+//! its RBAC storage, whatever the plugins).
+
+pub mod node_restriction;
+pub mod service_account;
+
+use crate::auth::authz::rbac::escalation::RbacEscalation;
+use crate::auth::authz::rbac::Rbac;
+use crate::auth::{Admission, AdmissionChain, Authorizer};
+use crate::cache::Cache;
+use crate::storage::Store;
+use std::sync::Arc;
+
+/// The plugins kaji has, by Kubernetes' names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plugin {
+    ServiceAccount,
+    NodeRestriction,
+}
+
+impl Plugin {
+    pub const ALL: &'static [Plugin] = &[Plugin::ServiceAccount, Plugin::NodeRestriction];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Plugin::ServiceAccount => service_account::NAME,
+            Plugin::NodeRestriction => node_restriction::NAME,
+        }
+    }
+
+    /// A comma-separated list (empty is none); unknown names are an error naming the known ones.
+    pub fn parse_list(s: &str) -> Result<Vec<Plugin>, String> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let p = Self::ALL.iter().copied().find(|p| p.name() == part).ok_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown admission plugin {part:?}; known: {}", known.join(", "))
+            })?;
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What the plugins read.
+pub struct Deps {
+    pub store: Arc<dyn Store>,
+    pub cache: Arc<Cache>,
+    pub rbac: Arc<Rbac>,
+    pub authorizer: Arc<dyn Authorizer>,
+}
+
+/// The chain for `enabled` (run in Kubernetes' order whatever the order given), then the plugins
+/// every registry has (DefaultStorageClass), then the RBAC escalation check.
+pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
+    let mut all: Vec<Arc<dyn Admission>> = Vec::new();
+    for p in Plugin::ALL.iter().filter(|p| enabled.contains(p)) {
+        all.push(match p {
+            Plugin::ServiceAccount => Arc::new(service_account::ServiceAccountAdmission { store: deps.store.clone() }),
+            Plugin::NodeRestriction => Arc::new(node_restriction::NodeRestriction { cache: deps.cache.clone() }),
+        });
+    }
+    all.push(Arc::new(crate::auth::storage::DefaultStorageClass::new(deps.store.clone())));
+    all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
+    Arc::new(AdmissionChain(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_lists_parse_by_kubernetes_names() {
+        assert_eq!(
+            Plugin::parse_list("NodeRestriction,ServiceAccount"),
+            Ok(vec![Plugin::NodeRestriction, Plugin::ServiceAccount])
+        );
+        assert_eq!(Plugin::parse_list(""), Ok(vec![]));
+        let err = Plugin::parse_list("AlwaysPullImages").expect_err("unknown");
+        assert!(err.contains("known: ServiceAccount, NodeRestriction"), "{err}");
+    }
+}
