@@ -173,47 +173,68 @@ pub fn reconcile_one(kind: &str, expected: &Value, existing: Option<&Value>) -> 
 }
 
 /// Reconcile the default policy straight into the store (before the watch cache starts).
+/// Another apiserver on the same store may reconcile at the same moment: a write that lost a race
+/// (conflict, already there, gone) reads the object again and decides anew.
 /// Returns how many objects were written.
 pub fn reconcile(reg: &Registry) -> ApiResult<usize> {
     let mut written = 0;
     for (kind, expected) in objects() {
-        let info = kaji_api::resources::by_kind(kind).expect("RBAC kinds are served");
-        let name = meta::name(&expected).to_string();
-        let key = info.key(None, &name);
-        let current = reg.store.get(&key).map_err(ApiError::internal)?;
-        let existing = match &current {
-            Some(kv) => Some(serde_json::from_slice::<Value>(&kv.value).map_err(ApiError::internal)?),
-            None => None,
-        };
-        let stamp = |mut v: Value| -> ApiResult<Vec<u8>> {
-            let m = meta_mut(&mut v);
-            m.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
-            m.insert("creationTimestamp".into(), meta::timestamp(meta::now()).into());
-            kaji_api::defaults::apply_defaults(kind, &mut v);
-            serde_json::to_vec(&v).map_err(ApiError::internal)
-        };
-        match reconcile_one(kind, &expected, existing.as_ref()) {
-            Action::Keep => continue,
-            Action::Create(v) => match reg.store.create(&key, &stamp(v)?) {
-                Ok(_) | Err(crate::storage::Error::AlreadyExists(_)) => {}
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match reconcile_object(reg, kind, &expected) {
+                Ok(true) => written += 1,
+                Ok(false) => {}
+                Err(crate::storage::Error::Conflict { .. })
+                | Err(crate::storage::Error::AlreadyExists(_))
+                | Err(crate::storage::Error::NotFound(_))
+                    if tries < 5 =>
+                {
+                    continue
+                }
                 Err(e) => return Err(ApiError::internal(e)),
-            },
-            Action::Update(v) => {
-                let rev = current.as_ref().map_or(0, |kv| kv.mod_revision);
-                reg.store
-                    .update(&key, &serde_json::to_vec(&v).map_err(ApiError::internal)?, rev)
-                    .map_err(ApiError::internal)?;
             }
-            Action::Recreate(v) => {
-                let rev = current.as_ref().map(|kv| kv.mod_revision);
-                reg.store.delete(&key, rev).map_err(ApiError::internal)?;
-                reg.store.create(&key, &stamp(v)?).map_err(ApiError::internal)?;
-            }
+            break;
         }
-        tracing::info!(kind, name = %name, "reconciled bootstrap RBAC policy");
-        written += 1;
     }
     Ok(written)
+}
+
+/// One object: whether it was written.
+fn reconcile_object(reg: &Registry, kind: &'static str, expected: &Value) -> Result<bool, crate::storage::Error> {
+    let json = |e: serde_json::Error| crate::storage::Error::Backend(e.to_string());
+    let info = kaji_api::resources::by_kind(kind).expect("RBAC kinds are served");
+    let name = meta::name(expected).to_string();
+    let key = info.key(None, &name);
+    let current = reg.store.get(&key)?;
+    let existing = match &current {
+        Some(kv) => Some(serde_json::from_slice::<Value>(&kv.value).map_err(json)?),
+        None => None,
+    };
+    let stamp = |mut v: Value| -> Result<Vec<u8>, crate::storage::Error> {
+        let m = meta_mut(&mut v);
+        m.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+        m.insert("creationTimestamp".into(), meta::timestamp(meta::now()).into());
+        kaji_api::defaults::apply_defaults(kind, &mut v);
+        serde_json::to_vec(&v).map_err(json)
+    };
+    match reconcile_one(kind, expected, existing.as_ref()) {
+        Action::Keep => return Ok(false),
+        Action::Create(v) => {
+            reg.store.create(&key, &stamp(v)?)?;
+        }
+        Action::Update(v) => {
+            let rev = current.as_ref().map_or(0, |kv| kv.mod_revision);
+            reg.store.update(&key, &serde_json::to_vec(&v).map_err(json)?, rev)?;
+        }
+        Action::Recreate(v) => {
+            let rev = current.as_ref().map(|kv| kv.mod_revision);
+            reg.store.delete(&key, rev)?;
+            reg.store.create(&key, &stamp(v)?)?;
+        }
+    }
+    tracing::info!(kind, name = %name, "reconciled bootstrap RBAC policy");
+    Ok(true)
 }
 
 #[cfg(test)]
