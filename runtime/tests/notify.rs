@@ -7,12 +7,12 @@ mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use common::{Cli, Fixture};
 use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
-use oci_spec::runtime::{LinuxSeccompAction, LinuxSyscallBuilder, Spec};
+use oci_spec::runtime::{LinuxSeccompAction, LinuxSyscallBuilder};
 use serde_json::Value;
 
 /// One agent session: the message and fd from the runtime, then (`answer`) one notification
@@ -38,25 +38,31 @@ fn agent(listener: &UnixListener, answer: bool) -> anyhow::Result<(Value, String
     Ok((message, name))
 }
 
+/// Runs `runtime` (a runtime command) while [`agent`] serves one session on `listener`.
+fn with_agent<T>(
+    listener: &UnixListener,
+    answer: bool,
+    runtime: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<((Value, String), T)> {
+    std::thread::scope(|s| {
+        let session = s.spawn(|| agent(listener, answer));
+        let out = runtime();
+        let session = session.join().map_err(|_| anyhow::anyhow!("agent panicked"))?;
+        Ok((session?, out?))
+    })
+}
+
 #[test]
 fn a_notify_rule_hands_the_listener_to_the_agent_and_the_agent_answers() -> anyhow::Result<()> {
-    common::require_cli();
-    let mut fx = Fixture::new()?;
-    let socket = fx.dir.join("agent.sock");
-    let listener = UnixListener::bind(&socket)?;
+    let (mut fx, socket, listener) = setup()?;
     let mut seen = Vec::new();
     for cli in Cli::both() {
         let id = cli.id("notify");
-        let spec = notifying_spec(&fx, &id, "mkdir /tmp/made; echo mkdir=$?; ls -d /tmp/made 2>&1; exit 0", &socket)?;
-        let bundle = fx.bundle(&id, &spec)?;
-        fx.created.push(id.clone());
-        let agent = std::thread::scope(|s| {
-            let agent = s.spawn(|| agent(&listener, true));
-            let out = cli.cmd(&fx, &["run", "--bundle", &bundle.display().to_string(), &id]).output();
-            (agent.join(), out)
-        });
-        let (message, syscall) = agent.0.map_err(|_| anyhow::anyhow!("agent panicked"))??;
-        let out = agent.1?;
+        let script = "mkdir /tmp/made; echo mkdir=$?; ls -d /tmp/made 2>&1; exit 0";
+        let bundle = notifying_bundle(&mut fx, &id, script, &socket)?;
+        let ((message, syscall), out) = with_agent(&listener, true, || {
+            Ok(cli.cmd(&fx, &["run", "--bundle", &bundle.display().to_string(), &id]).output()?)
+        })?;
         assert!(out.status.success(), "{cli:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(message["fds"], serde_json::json!(["seccompFd"]), "{cli:?}: {message}");
         assert_eq!(message["metadata"], format!("meta-{id}"), "{cli:?}: {message}");
@@ -73,8 +79,18 @@ fn a_notify_rule_hands_the_listener_to_the_agent_and_the_agent_answers() -> anyh
     Ok(())
 }
 
-/// The fixture's spec running `script`, with mkdir notified to the agent at `socket`.
-fn notifying_spec(fx: &Fixture, id: &str, script: &str, socket: &Path) -> anyhow::Result<Spec> {
+/// A fixture (the tests need root, busybox and runc) and an agent's socket in it.
+fn setup() -> anyhow::Result<(Fixture, PathBuf, UnixListener)> {
+    common::require_cli();
+    let fx = Fixture::new()?;
+    let socket = fx.dir.join("agent.sock");
+    let listener = UnixListener::bind(&socket)?;
+    Ok((fx, socket, listener))
+}
+
+/// The bundle of `id`: the fixture's spec running `script`, with mkdir notified to the agent
+/// at `socket`.
+fn notifying_bundle(fx: &mut Fixture, id: &str, script: &str, socket: &Path) -> anyhow::Result<PathBuf> {
     let mut spec = fx.spec(id, script)?;
     common::edit_linux(&mut spec, |linux| {
         let mut profile = linux.seccomp().clone().expect("the default profile");
@@ -91,42 +107,33 @@ fn notifying_spec(fx: &Fixture, id: &str, script: &str, socket: &Path) -> anyhow
         profile.set_listener_metadata(Some(format!("meta-{id}")));
         linux.set_seccomp(Some(profile));
     })?;
-    Ok(spec)
+    fx.created.push(id.to_string());
+    fx.bundle(id, &spec)
 }
 
 /// `exec` into a container whose profile notifies: its process's listener goes to the agent
 /// too, with the exec'd process's pid and the container's running state.
 #[test]
 fn an_execd_process_hands_its_listener_to_the_agent_too() -> anyhow::Result<()> {
-    common::require_cli();
-    let mut fx = Fixture::new()?;
-    let socket = fx.dir.join("agent.sock");
-    let listener = UnixListener::bind(&socket)?;
+    let (mut fx, socket, listener) = setup()?;
     let mut seen = Vec::new();
     for cli in Cli::both() {
         let id = cli.id("notify-exec");
-        let bundle = fx.bundle(&id, &notifying_spec(&fx, &id, "sleep 60", &socket)?)?;
-        fx.created.push(id.clone());
+        let bundle = notifying_bundle(&mut fx, &id, "sleep 60", &socket)?;
         let bundle = bundle.display().to_string();
-        std::thread::scope(|s| -> anyhow::Result<()> {
-            let init = s.spawn(|| agent(&listener, false));
+        with_agent(&listener, false, || {
             let st = cli
                 .cmd(&fx, &["create", "--bundle", &bundle, &id])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()?;
             anyhow::ensure!(st.success(), "{cli:?} create");
-            init.join().map_err(|_| anyhow::anyhow!("agent panicked"))??;
             Ok(())
         })?;
         cli.out(&fx, &["start", &id])?;
-        let (agent, out) = std::thread::scope(|s| {
-            let agent = s.spawn(|| agent(&listener, true));
-            let out = cli.cmd(&fx, &["exec", &id, "sh", "-c", "mkdir /made 2>&1; echo mkdir=$?"]).output();
-            (agent.join(), out)
-        });
-        let (message, syscall) = agent.map_err(|_| anyhow::anyhow!("agent panicked"))??;
-        let out = out?;
+        let ((message, syscall), out) = with_agent(&listener, true, || {
+            Ok(cli.cmd(&fx, &["exec", &id, "sh", "-c", "mkdir /made 2>&1; echo mkdir=$?"]).output()?)
+        })?;
         assert!(out.status.success(), "{cli:?}: {}", String::from_utf8_lossy(&out.stderr));
         let init_pid: i64 =
             serde_json::from_str::<Value>(&cli.out(&fx, &["state", &id])?)?["pid"].as_i64().unwrap_or(0);
