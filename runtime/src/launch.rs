@@ -476,7 +476,9 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                 };
                 let creating = State { pid: pid.as_raw(), ..hook_state.clone() };
                 let message = crate::seccomp::process_state(profile, pid.as_raw(), &creating);
-                if let Err(e) = crate::seccomp::send_to_listener(profile, &message, fd.as_fd()) {
+                let sent = crate::seccomp::connect_listener(profile)
+                    .and_then(|agent| crate::seccomp::send_to_listener(profile, &agent, &message, fd.as_fd()));
+                if let Err(e) = sent {
                     return Err(fail(chain(&e)));
                 }
             }

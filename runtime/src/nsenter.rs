@@ -12,8 +12,9 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag};
@@ -22,9 +23,9 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use oci_spec::runtime::Process;
 
-use crate::state::{self, Dir, Record};
+use crate::state::{self, Dir, Record, State, Status};
 use crate::sys::{self, Forked};
-use crate::{cgroups, init, spec};
+use crate::{cgroups, init, seccomp, spec};
 
 /// The fd on which the helper reports to its caller (3 + N when N fds are passed through).
 pub const REPORT_FD: i32 = 3;
@@ -145,6 +146,21 @@ fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, 
         return Err(format!("container {} is not running", args.id));
     }
     drop(pidfd);
+    // SCMP_ACT_NOTIFY: the command's listener goes to the agent, as the init's did. Connected
+    // now, while listenerPath (a host path) is reachable.
+    let notify = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()).filter(|p| seccomp::uses_notify(p));
+    let agent = match notify {
+        Some(profile) => Some(seccomp::connect_listener(profile).map_err(|e| chain(&e))?),
+        None => None,
+    };
+    let (listener_ours, listener_theirs) = match notify {
+        Some(_) => {
+            let (a, b) =
+                UnixStream::pair().map_err(|e| format!("failed to create the seccomp listener socket: {e}"))?;
+            (Some(a), Some(OwnedFd::from(b)))
+        }
+        None => (None, None),
+    };
     if let Some(path) = &record.cgroups_path {
         let path = match args.cgroup.as_deref() {
             // runc's "[controller:]path": the sub-cgroup in every hierarchy that has it.
@@ -165,13 +181,35 @@ fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, 
     match sys::fork().map_err(|e| format!("failed to fork: {e}"))? {
         Forked::Child => {
             drop(err_r);
-            let err = child(&spec, &process, args, console, me);
+            drop(listener_ours);
+            let err = child(&spec, &process, args, console, me, listener_theirs);
             let mut w = File::from(err_w);
             let _ = w.write_all(err.as_bytes());
             std::process::exit(255);
         }
         Forked::Parent(pid) => {
-            drop(err_w);
+            drop((err_w, listener_theirs));
+            if let (Some(sock), Some(agent), Some(profile)) = (&listener_ours, &agent, notify) {
+                // Sent once the filter is loaded; nothing if it failed before (EOF at its exit).
+                if let Ok(Some(fd)) = sys::recv_fd(std::os::fd::AsFd::as_fd(sock)) {
+                    let running = State {
+                        oci_version: state::OCI_VERSION.into(),
+                        id: record.id.clone(),
+                        status: Status::Running,
+                        pid: record.pid,
+                        bundle: record.bundle.clone(),
+                        created: record.created.clone(),
+                        annotations: record.annotations.clone(),
+                        exit: None,
+                    };
+                    let message = seccomp::process_state(profile, pid.as_raw(), &running);
+                    if let Err(e) = seccomp::send_to_listener(profile, agent, &message, fd.as_fd()) {
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                        let _ = waitpid(pid, None);
+                        return Err(chain(&e));
+                    }
+                }
+            }
             // The command alone holds its stdio now: its exit gives the caller EOF.
             if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
                 for fd in 0..3 {
@@ -216,6 +254,7 @@ fn child(
     args: &Args,
     console: Option<OwnedFd>,
     parent: Pid,
+    listener: Option<OwnedFd>,
 ) -> String {
     // A detached command outlives us; otherwise it must not outlive its helper.
     if !args.detach {
@@ -253,7 +292,14 @@ fn child(
         }
     }
     match init::apply_process(spec, process) {
-        Ok(prepared) => chain(&prepared.exec(args.preserve_fds)),
+        Ok(mut prepared) => {
+            if let (Some(sock), Some(fd)) = (listener, prepared.listener.take()) {
+                if let Err(e) = sys::send_fd(std::os::fd::AsFd::as_fd(&sock), std::os::fd::AsFd::as_fd(&fd)) {
+                    return format!("failed to pass the seccomp listener: {e}");
+                }
+            }
+            chain(&prepared.exec(args.preserve_fds))
+        }
         Err(e) => chain(&e),
     }
 }

@@ -277,17 +277,24 @@ pub fn process_state(profile: &LinuxSeccomp, pid: i32, state: &crate::state::Sta
     })
 }
 
-/// Connects to the profile's `listenerPath` and sends it `message` with the listener `fd`.
+/// Connects to the profile's `listenerPath` (a host path: before joining a mount namespace).
+pub fn connect_listener(profile: &LinuxSeccomp) -> Result<std::os::unix::net::UnixStream> {
+    let path = profile.listener_path().clone().unwrap_or_default();
+    std::os::unix::net::UnixStream::connect(&path).map_err(|source| Error::Listener { path, source })
+}
+
+/// Sends the agent connected at `sock` (see [`connect_listener`]) `message` with the listener
+/// `fd`, in one message.
 pub fn send_to_listener(
     profile: &LinuxSeccomp,
+    sock: &std::os::unix::net::UnixStream,
     message: &serde_json::Value,
     fd: std::os::fd::BorrowedFd<'_>,
 ) -> Result<()> {
-    let path = profile.listener_path().clone().unwrap_or_default();
-    let err = |source: std::io::Error| Error::Listener { path: path.clone(), source };
-    let sock = std::os::unix::net::UnixStream::connect(&path).map_err(err)?;
+    let err =
+        |source: std::io::Error| Error::Listener { path: profile.listener_path().clone().unwrap_or_default(), source };
     let data = serde_json::to_vec(message).map_err(|e| err(e.into()))?;
-    crate::sys::send_with_fd(std::os::fd::AsFd::as_fd(&sock), &data, fd).map_err(|e| err(e.into()))
+    crate::sys::send_with_fd(std::os::fd::AsFd::as_fd(sock), &data, fd).map_err(|e| err(e.into()))
 }
 
 #[cfg(test)]

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use common::{Cli, Fixture};
 
-/// A detached container (`run -d`) running a loop that counts, for both runtimes.
+/// A detached container (`run -d`) running a loop that counts (the count renamed into place,
+/// so a read from outside never sees it half written), for both runtimes.
 fn start(fx: &mut Fixture, cli: Cli, id: &str) -> anyhow::Result<()> {
-    let spec = fx.spec(id, "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done")?;
+    let spec = fx.spec(id, "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; mv /tmp/c /tmp/count; sleep 0.05; done")?;
     let b = fx.bundle(id, &spec)?;
     fx.created.push(id.to_string());
     let st = cli.cmd(fx, &["run", "-d", "--bundle", &b.display().to_string(), id]).stdout(Stdio::null()).status()?;
@@ -144,7 +145,14 @@ fn exec_flags_change_the_process_as_runcs_do() -> anyhow::Result<()> {
             .status()?
             .success();
         let pid: i32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
-        let running = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))?.starts_with("sleep");
+        // runc's pid file can name its init process a moment before it has exec'd the command.
+        let running = (0..500).any(|_| {
+            let exec_d = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with("sleep"));
+            if !exec_d {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            exec_d
+        });
         cli.out(&fx, &["delete", "--force", &id])?;
         seen.push((flags, code, detached, running));
     }

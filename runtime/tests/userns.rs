@@ -46,7 +46,7 @@ fn bundle(fx: &Fixture, cli: Cli, id: &str, script: &str, secret: &Path) -> anyh
 #[test]
 fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow::Result<()> {
     common::require_cli();
-    let fx = Fixture::new()?;
+    let mut fx = Fixture::new()?;
     let secret = fx.dir.join("secret");
     std::fs::write(&secret, "host root only\n")?;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))?;
@@ -57,6 +57,7 @@ fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow
     let mut seen = Vec::new();
     for cli in Cli::both() {
         let id = cli.id("userns");
+        fx.created.push(id.clone());
         let dir = bundle(&fx, cli, &id, probe, &secret)?;
         let out = cli.cmd(&fx, &["run", "--bundle", &dir.display().to_string(), &id]).output()?;
         let err = String::from_utf8_lossy(&out.stderr);
@@ -65,6 +66,7 @@ fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow
 
         // exec joins the user namespace: the same mapped root.
         let id = cli.id("userns-exec");
+        fx.created.push(id.clone());
         let dir = bundle(&fx, cli, &id, "sleep 60", &secret)?;
         let st = cli
             .cmd(&fx, &["create", "--bundle", &dir.display().to_string(), &id])

@@ -219,10 +219,22 @@ impl Fixture {
 impl Drop for Fixture {
     fn drop(&mut self) {
         let native = self.native();
+        // The CLI tests' runc keeps its state apart from the library's ([`Cli::cmd`]).
+        let runc_cli = self.dir.join("runc-root");
         for id in &self.created {
             let _ = native.delete(id, true);
             if let Some(r) = self.runc() {
                 let _ = r.delete(id, true);
+            }
+            if let (Some(runc), true) = (runc_binary(), runc_cli.is_dir()) {
+                let _ = std::process::Command::new(runc)
+                    .arg("--root")
+                    .arg(&runc_cli)
+                    .args(["delete", "--force", id])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status();
             }
         }
         let p = PathBuf::from(format!("/{}", self.cgroup_parent));
