@@ -37,7 +37,8 @@ pub struct Config {
     pub service_node_port_range: (u16, u16),
     /// Events kept per resource in the watch cache.
     pub watch_cache_size: usize,
-    /// Store revisions of history kept for watches after compaction.
+    /// Most store revisions of history kept after compaction (each compaction also drops
+    /// everything older than the previous one, as kube-apiserver's compactor does).
     pub event_history: u64,
     pub compaction_interval: Duration,
     /// How long connecting to a node's agent and waiting for its answer to begin may take.
@@ -249,6 +250,12 @@ fn spawn_allocator_repair(state: Arc<http::AppState>, mut shutdown: tokio::sync:
     });
 }
 
+/// kube-apiserver's rule: each tick compacts to the revision the previous tick saw, so history
+/// spans one to two intervals whatever the write rate; `keep` caps it at that many revisions.
+fn compaction_target(previous_tick: u64, current: u64, keep: u64) -> u64 {
+    previous_tick.max(current.saturating_sub(keep))
+}
+
 fn spawn_compactor(
     store: Arc<dyn storage::Store>,
     keep: u64,
@@ -260,12 +267,15 @@ fn spawn_compactor(
     }
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
+        let mut previous = 0;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => return,
             }
-            let target = store.current_revision().saturating_sub(keep);
+            let current = store.current_revision();
+            let target = compaction_target(previous, current, keep);
+            previous = current;
             if target > store.compacted_revision() {
                 let s = store.clone();
                 match tokio::task::spawn_blocking(move || s.compact(target)).await {
@@ -276,4 +286,17 @@ fn spawn_compactor(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn compaction_keeps_one_interval_of_history_at_most_keep_revisions() {
+        // First tick: nothing seen before, only the cap applies.
+        assert_eq!(super::compaction_target(0, 500, 100_000), 0);
+        assert_eq!(super::compaction_target(0, 250_000, 100_000), 150_000);
+        // Later ticks drop what the previous tick saw, however few revisions ago that was.
+        assert_eq!(super::compaction_target(480, 500, 100_000), 480);
+        assert_eq!(super::compaction_target(480, 400_000, 100_000), 300_000);
+    }
 }

@@ -78,7 +78,8 @@ struct Args {
     /// Watch events kept per resource in memory for watches that resume.
     #[arg(long, default_value_t = 10_000)]
     watch_cache_size: usize,
-    /// Store revisions of event history kept after compaction.
+    /// Most store revisions of event history kept after compaction; each compaction also drops
+    /// the history older than the previous one (so at most two compaction intervals are kept).
     #[arg(long, default_value_t = 100_000)]
     event_history: u64,
     /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).

@@ -37,6 +37,10 @@ pub struct Metrics {
     pub duration: Family<DurationLabels, Histogram>,
     pub watchers: Gauge,
     pub objects: Family<ResourceLabels, Gauge>,
+    /// The store's file, its live data and its kept history, in bytes (when the backend tells).
+    pub storage_size: Gauge,
+    pub storage_live: Gauge,
+    pub storage_history: Gauge,
 }
 
 impl Default for Metrics {
@@ -60,7 +64,32 @@ impl Default for Metrics {
         );
         registry.register("apiserver_registered_watchers", "Number of open watch streams", watchers.clone());
         registry.register("apiserver_storage_objects", "Number of stored objects by resource", objects.clone());
-        Self { registry: Mutex::new(registry), requests, duration, watchers, objects }
+        let (storage_size, storage_live, storage_history) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "apiserver_storage_size_bytes",
+            "Size of the storage database file physically allocated in bytes",
+            storage_size.clone(),
+        );
+        registry.register(
+            "kaji_storage_live_bytes",
+            "Bytes of the stored objects' keys and values",
+            storage_live.clone(),
+        );
+        registry.register(
+            "kaji_storage_history_bytes",
+            "Bytes of the store's event history not yet compacted",
+            storage_history.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            requests,
+            duration,
+            watchers,
+            objects,
+            storage_size,
+            storage_live,
+            storage_history,
+        }
     }
 }
 
@@ -73,6 +102,14 @@ impl Metrics {
             DurationLabels { verb: verb.clone(), resource: resource.clone(), subresource: subresource.clone() };
         self.duration.get_or_create(&labels).observe(seconds);
         self.requests.get_or_create(&RequestLabels { verb, resource, subresource, code: code.to_string() }).inc();
+    }
+
+    /// Record what the store takes (called when /metrics is scraped).
+    pub fn set_storage_size(&self, size: crate::storage::StoreSize) {
+        let g = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        self.storage_size.set(g(size.file));
+        self.storage_live.set(g(size.live));
+        self.storage_history.set(g(size.history));
     }
 
     /// The Prometheus text exposition.

@@ -212,10 +212,10 @@ impl Network {
     pub async fn run(self: Arc<Self>, client: kube::Client, mut stop: watch::Receiver<bool>) {
         let api: Api<Node> = Api::all(client);
         let (reader, writer) = kube::runtime::reflector::store();
-        let mut events = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects()
-            .boxed();
+        // Only podCIDRs and addresses are read: managedFields are dropped before the store
+        // (every agent holds every Node).
+        let nodes = watcher(api, watcher::Config::default()).modify(|n| n.metadata.managed_fields = None);
+        let mut events = kube::runtime::reflector(writer, nodes).default_backoff().touched_objects().boxed();
         let mut resync = tokio::time::interval(Duration::from_secs(30));
         let mut ready = false;
         loop {

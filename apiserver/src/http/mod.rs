@@ -91,6 +91,9 @@ async fn health(State(s): State<Shared>) -> Response {
 
 async fn metrics(State(s): State<Shared>) -> Response {
     s.metrics.watchers.set(s.cache.total_watchers() as i64);
+    if let Some(size) = s.registry.store.size() {
+        s.metrics.set_storage_size(size);
+    }
     for r in kaji_api::resources::RESOURCES {
         if let Some(rc) = s.cache.resource(r.kind) {
             let labels = crate::metrics::ResourceLabels { resource: r.plural.into() };

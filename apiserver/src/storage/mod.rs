@@ -84,4 +84,19 @@ pub trait Store: Send + Sync + 'static {
     fn compact(&self, revision: u64) -> Result<()>;
     /// The highest revision whose history has been forgotten (0 = none).
     fn compacted_revision(&self) -> u64;
+    /// What the backend's storage takes, if it can tell (metrics, soak measurements).
+    fn size(&self) -> Option<StoreSize> {
+        None
+    }
+}
+
+/// What a store takes on disk and what it holds, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSize {
+    /// The database file (or files) as allocated on disk.
+    pub file: u64,
+    /// The live keys and values.
+    pub live: u64,
+    /// The kept history (events not yet compacted).
+    pub history: u64,
 }

@@ -1,10 +1,16 @@
 //! The embedded backend: redb (ACID, fsync on commit) with a global revision and a bounded event log.
+//!
+//! The file follows the live data, not the history: compaction drops the event log below a
+//! revision and, when the file has grown well past what it holds, rewrites it in place with
+//! redb's `Database::compact` (which needs every transaction closed: the database sits behind a
+//! lock that readers and the writer share and compaction takes alone, for the few milliseconds
+//! to seconds it runs).
 
-use super::{Error, Event, EventKind, KeyValue, Result, Store, WatchStream};
+use super::{Error, Event, EventKind, KeyValue, Result, Store, StoreSize, WatchStream};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use tokio::sync::broadcast;
 
 /// key -> [create_rev u64][mod_rev u64][value]
@@ -22,6 +28,11 @@ const CACHE_BYTES: usize = 32 << 20;
 /// Most writes one commit (one fsync) carries.
 const MAX_BATCH: usize = 512;
 
+/// The file is rewritten when it is larger than this many times what it holds...
+const DEFRAG_RATIO: u64 = 2;
+/// ...and the space to win is at least this much (a small file is never worth the pause).
+const DEFRAG_MIN_SLACK: u64 = 4 << 20;
+
 /// The embedded store. Writes go to one writer thread that commits whatever is pending as one
 /// transaction (group commit: one fsync for many acknowledged writes), assigning each its own
 /// revision in arrival order.
@@ -32,12 +43,19 @@ pub struct RedbStore {
 }
 
 struct Inner {
-    db: Database,
+    /// Shared by every transaction (readers and the writer thread hold it for as long as their
+    /// transaction lives); taken alone only to rewrite the file. Lock order: `publish`, then `db`.
+    db: RwLock<Database>,
+    path: PathBuf,
     /// Held across commit + revision bump + publish, and by readers that need a snapshot whose
     /// revision matches exactly (list, watch setup, compaction).
     publish: Mutex<()>,
     revision: AtomicU64,
     compacted: AtomicU64,
+    /// Bytes of the live keys and values, and of the kept event log (as stored, so what the
+    /// file must at least hold).
+    live_bytes: AtomicU64,
+    history_bytes: AtomicU64,
     events: broadcast::Sender<Arc<Event>>,
 }
 
@@ -159,26 +177,39 @@ impl RedbStore {
     /// Open (or create) the store in `dir/kaji.redb`.
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Backend(format!("failed to create {}: {e}", dir.display())))?;
-        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(dir.join("kaji.redb")).map_err(backend)?;
-        let (revision, compacted) = {
+        let path = dir.join("kaji.redb");
+        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(backend)?;
+        let (revision, compacted, live, history) = {
             let txn = db.begin_write().map_err(backend)?;
-            let (rev, comp) = {
-                txn.open_table(KV).map_err(backend)?;
-                txn.open_table(LOG).map_err(backend)?;
+            let out = {
+                let kv = txn.open_table(KV).map_err(backend)?;
+                let log = txn.open_table(LOG).map_err(backend)?;
                 let meta = txn.open_table(META).map_err(backend)?;
                 let rev = meta.get("rev").map_err(backend)?.map(|g| g.value()).unwrap_or(0);
                 let comp = meta.get("compacted").map_err(backend)?.map(|g| g.value()).unwrap_or(0);
-                (rev, comp)
+                let mut live = 0;
+                for entry in kv.iter().map_err(backend)? {
+                    let (k, v) = entry.map_err(backend)?;
+                    live += kv_bytes(k.value(), v.value().len());
+                }
+                let mut history = 0;
+                for entry in log.iter().map_err(backend)? {
+                    history += log_bytes(entry.map_err(backend)?.1.value().len());
+                }
+                (rev, comp, live, history)
             };
             txn.commit().map_err(backend)?;
-            (rev, comp)
+            out
         };
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let inner = Arc::new(Inner {
-            db,
+            db: RwLock::new(db),
+            path,
             publish: Mutex::new(()),
             revision: AtomicU64::new(revision),
             compacted: AtomicU64::new(compacted),
+            live_bytes: AtomicU64::new(live),
+            history_bytes: AtomicU64::new(history),
             events,
         });
         let (tx, rx) = std::sync::mpsc::channel();
@@ -200,6 +231,60 @@ impl RedbStore {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
         self.inner.publish.lock().map_err(|_| Error::Backend("publish lock poisoned".into()))
     }
+
+    fn db(&self) -> Result<RwLockReadGuard<'_, Database>> {
+        self.inner.db()
+    }
+
+    /// Rewrite the file when it has grown well past what it holds. Called with `publish` held,
+    /// so no write is in flight; waits for open reads to finish and holds new ones meanwhile.
+    fn defragment_if_worth_it(&self) -> Result<()> {
+        let file = self.file_bytes()?;
+        let used = self.inner.live_bytes.load(Ordering::SeqCst) + self.inner.history_bytes.load(Ordering::SeqCst);
+        if file <= DEFRAG_RATIO * used || file - used < DEFRAG_MIN_SLACK {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let mut db = self.inner.db.write().map_err(|_| Error::Backend("database lock poisoned".into()))?;
+        db.compact().map_err(backend)?;
+        drop(db);
+        let after = self.file_bytes()?;
+        tracing::info!(
+            before = file,
+            after,
+            used,
+            millis = started.elapsed().as_millis() as u64,
+            "rewrote the store file without its free pages"
+        );
+        Ok(())
+    }
+
+    fn file_bytes(&self) -> Result<u64> {
+        std::fs::metadata(&self.inner.path)
+            .map(|m| m.len())
+            .map_err(|e| Error::Backend(format!("failed to stat {}: {e}", self.inner.path.display())))
+    }
+}
+
+/// What a key and its record take (the record carries two revisions before the value).
+fn kv_bytes(key: &str, record: usize) -> u64 {
+    (key.len() + record) as u64
+}
+
+/// What one event log entry takes (its revision key and the encoded event).
+fn log_bytes(encoded: usize) -> u64 {
+    (8 + encoded) as u64
+}
+
+/// How much a committed event changes the live data by.
+fn live_delta(e: &Event) -> i64 {
+    let record = |v: &[u8]| kv_bytes(&e.key, 16 + v.len()) as i64;
+    match (e.kind, &e.prev) {
+        (EventKind::Put, Some(prev)) if !e.created => record(&e.value) - record(prev),
+        (EventKind::Put, _) => record(&e.value),
+        (EventKind::Delete, _) => -record(&e.value),
+        (EventKind::Progress, _) => 0,
+    }
 }
 
 impl Drop for RedbStore {
@@ -214,6 +299,10 @@ impl Drop for RedbStore {
 }
 
 impl Inner {
+    fn db(&self) -> Result<RwLockReadGuard<'_, Database>> {
+        self.db.read().map_err(|_| Error::Backend("database lock poisoned".into()))
+    }
+
     fn writer_loop(&self, rx: std::sync::mpsc::Receiver<Pending>) {
         while let Ok(first) = rx.recv() {
             let mut batch = vec![first];
@@ -230,9 +319,16 @@ impl Inner {
                 continue;
             };
             match self.commit_batch(&batch) {
-                Ok(results) => {
+                Ok((results, logged)) => {
+                    self.history_bytes.fetch_add(logged, Ordering::SeqCst);
                     for (p, r) in batch.into_iter().zip(results) {
                         let out = r.map(|(event, out)| {
+                            let delta = live_delta(&event);
+                            if delta >= 0 {
+                                self.live_bytes.fetch_add(delta as u64, Ordering::SeqCst);
+                            } else {
+                                self.live_bytes.fetch_sub(delta.unsigned_abs(), Ordering::SeqCst);
+                            }
                             self.revision.store(event.revision, Ordering::SeqCst);
                             // No receivers is fine: nobody is watching yet.
                             let _ = self.events.send(Arc::new(event));
@@ -251,18 +347,24 @@ impl Inner {
     }
 
     /// Apply every op in one transaction; an op that fails its precondition changes nothing
-    /// and takes no revision. The commit is durable when this returns.
-    fn commit_batch(&self, batch: &[Pending]) -> Result<Vec<Result<(Event, OpOut)>>> {
+    /// and takes no revision. The commit is durable when this returns; it answers each op's
+    /// result and the bytes the event log grew by.
+    #[allow(clippy::type_complexity)]
+    fn commit_batch(&self, batch: &[Pending]) -> Result<(Vec<Result<(Event, OpOut)>>, u64)> {
         let mut next = self.revision.load(Ordering::SeqCst) + 1;
-        let txn = self.db.begin_write().map_err(backend)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(backend)?;
         let mut results = Vec::with_capacity(batch.len());
+        let mut logged = 0;
         {
             let mut kv = txn.open_table(KV).map_err(backend)?;
             let mut log = txn.open_table(LOG).map_err(backend)?;
             for p in batch {
                 let r = apply(&mut kv, &p.op, next);
                 if let Ok((event, _)) = &r {
-                    log.insert(next, encode_event(event).as_slice()).map_err(backend)?;
+                    let encoded = encode_event(event);
+                    logged += log_bytes(encoded.len());
+                    log.insert(next, encoded.as_slice()).map_err(backend)?;
                     next += 1;
                 }
                 results.push(r);
@@ -271,7 +373,7 @@ impl Inner {
             meta.insert("rev", next - 1).map_err(backend)?;
         }
         txn.commit().map_err(backend)?;
-        Ok(results)
+        Ok((results, logged))
     }
 }
 
@@ -344,7 +446,8 @@ impl Store for RedbStore {
     }
 
     fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let txn = self.inner.db.begin_read().map_err(backend)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(backend)?;
         let kv = txn.open_table(KV).map_err(backend)?;
         match kv.get(key).map_err(backend)? {
             Some(g) => Ok(Some(decode_kv(key, g.value())?)),
@@ -354,10 +457,10 @@ impl Store for RedbStore {
 
     fn list(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
         // Take the revision under the publish lock so it matches the snapshot exactly.
-        let (txn, rev) = {
-            let _guard = self.lock()?;
-            (self.inner.db.begin_read().map_err(backend)?, self.current_revision())
-        };
+        let guard = self.lock()?;
+        let db = self.db()?;
+        let (txn, rev) = (db.begin_read().map_err(backend)?, self.current_revision());
+        drop(guard);
         let kv = txn.open_table(KV).map_err(backend)?;
         let mut out = Vec::new();
         for entry in kv.range(prefix..).map_err(backend)? {
@@ -397,7 +500,8 @@ impl Store for RedbStore {
             if after < compacted {
                 return Err(Error::Compacted { requested: after, compacted });
             }
-            let txn = self.inner.db.begin_read().map_err(backend)?;
+            let db = self.db()?;
+            let txn = db.begin_read().map_err(backend)?;
             let log = txn.open_table(LOG).map_err(backend)?;
             let mut history = Vec::new();
             for entry in log.range(after + 1..).map_err(backend)? {
@@ -442,20 +546,37 @@ impl Store for RedbStore {
         if revision <= self.compacted_revision() {
             return Ok(());
         }
-        let txn = self.inner.db.begin_write().map_err(backend)?;
+        let mut dropped = 0;
         {
-            let mut log = txn.open_table(LOG).map_err(backend)?;
-            log.retain_in(..=revision, |_, _| false).map_err(backend)?;
-            let mut meta = txn.open_table(META).map_err(backend)?;
-            meta.insert("compacted", revision).map_err(backend)?;
+            let db = self.db()?;
+            let txn = db.begin_write().map_err(backend)?;
+            {
+                let mut log = txn.open_table(LOG).map_err(backend)?;
+                log.retain_in(..=revision, |_, v| {
+                    dropped += log_bytes(v.len());
+                    false
+                })
+                .map_err(backend)?;
+                let mut meta = txn.open_table(META).map_err(backend)?;
+                meta.insert("compacted", revision).map_err(backend)?;
+            }
+            txn.commit().map_err(backend)?;
         }
-        txn.commit().map_err(backend)?;
+        self.inner.history_bytes.fetch_sub(dropped, Ordering::SeqCst);
         self.inner.compacted.store(revision, Ordering::SeqCst);
-        Ok(())
+        self.defragment_if_worth_it()
     }
 
     fn compacted_revision(&self) -> u64 {
         self.inner.compacted.load(Ordering::SeqCst)
+    }
+
+    fn size(&self) -> Option<StoreSize> {
+        Some(StoreSize {
+            file: self.file_bytes().ok()?,
+            live: self.inner.live_bytes.load(Ordering::SeqCst),
+            history: self.inner.history_bytes.load(Ordering::SeqCst),
+        })
     }
 }
 
@@ -468,6 +589,75 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().to_path_buf();
         super::super::conformance::run_all(move || RedbStore::open(&path).expect("open store")).await;
+    }
+
+    /// `threads` writers each rewrite their share of `objects` keys `rounds` times, so the
+    /// writer thread batches them as it does under load.
+    fn churn(store: &Arc<RedbStore>, objects: usize, rounds: usize, value: &[u8]) {
+        let threads = 32;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                s.spawn(move || {
+                    for _ in 0..rounds {
+                        for i in (t..objects).step_by(threads) {
+                            let key = format!("/registry/configmaps/churn/cm-{i:05}");
+                            let current = store.get(&key).expect("get").expect("exists");
+                            store.update(&key, value, current.mod_revision).expect("update");
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_store_under_churn_stays_within_three_times_its_live_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(RedbStore::open(dir.path()).expect("open"));
+        // 1,000 objects of 2 KiB (a small cluster's worth), rewritten 40 times over with values
+        // of alternating size, compacted the way the apiserver's compactor does: each round drops
+        // the history the previous round left.
+        let (objects, rounds) = (1_000, 40);
+        let value = |round: usize| vec![b'a' + (round % 26) as u8; 1_500 + (round % 3) * 500];
+        for i in 0..objects {
+            store.create(&format!("/registry/configmaps/churn/cm-{i:05}"), &value(0)).expect("create");
+        }
+        let mut previous = store.current_revision();
+        let mut largest = 0;
+        for round in 1..=rounds {
+            churn(&store, objects, 1, &value(round));
+            store.compact(previous).expect("compact");
+            previous = store.current_revision();
+            let size = store.size().expect("redb knows its size");
+            largest = largest.max(size.file);
+            // One round of history is kept: live data plus about as much again in the log.
+            assert!(
+                size.file <= 3 * (size.live + size.history) + DEFRAG_MIN_SLACK,
+                "round {round}: file {} B for {} B live + {} B history",
+                size.file,
+                size.live,
+                size.history
+            );
+        }
+        store.compact(store.current_revision()).expect("compact everything");
+        let size = store.size().expect("size");
+        let (listed, _) = store.list("/registry/").expect("list");
+        let live: u64 = listed.iter().map(|kv| kv_bytes(&kv.key, 16 + kv.value.len())).sum();
+        assert_eq!(size.live, live, "the live data is accounted exactly");
+        assert_eq!(size.history, 0, "no history is left after compacting everything");
+        eprintln!(
+            "{} writes: live {} KiB, file {} KiB after compaction, largest {} KiB while churning",
+            objects * (rounds + 1),
+            size.live >> 10,
+            size.file >> 10,
+            largest >> 10
+        );
+        assert!(size.file <= 3 * size.live, "file {} B for {} B of live data", size.file, size.live);
+        // Nothing is lost by rewriting the file, and it reopens.
+        drop(store);
+        let store = RedbStore::open(dir.path()).expect("reopen");
+        assert_eq!(store.list("/registry/").expect("list").0, listed);
+        assert_eq!(store.size().expect("size").live, live);
     }
 
     #[test]
