@@ -92,3 +92,57 @@ fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow
     fx.assert_clean();
     Ok(())
 }
+
+/// A new user namespace with a network namespace joined by path (another container's): the
+/// join comes before the user namespace, as in runc, so the container runs in that network
+/// namespace. /sys is a bind of the host's: sysfs can only be mounted where the network
+/// namespace belongs to the container's user namespace (runc refuses it too).
+#[test]
+fn a_new_user_namespace_may_join_another_containers_network_namespace() -> anyhow::Result<()> {
+    common::require_cli();
+    let mut fx = Fixture::new()?;
+    let secret = fx.dir.join("secret");
+    std::fs::write(&secret, "")?;
+    let mut seen = Vec::new();
+    for cli in Cli::both() {
+        let holder = cli.id("netns-holder");
+        fx.created.push(holder.clone());
+        let dir = bundle(&fx, cli, &holder, "sleep 60", &secret)?;
+        let st = cli
+            .cmd(&fx, &["create", "--bundle", &dir.display().to_string(), &holder])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        assert!(st.success(), "{cli:?} create");
+        let state: Value = serde_json::from_str(&cli.out(&fx, &["state", &holder])?)?;
+        let netns = format!("/proc/{}/ns/net", state["pid"]);
+        let want = std::fs::read_link(&netns)?;
+
+        let id = cli.id("netns-joiner");
+        fx.created.push(id.clone());
+        let dir = bundle(&fx, cli, &id, "readlink /proc/self/ns/net; cat /proc/self/uid_map", &secret)?;
+        let path = dir.join("config.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+        for n in v["linux"]["namespaces"].as_array_mut().expect("namespaces") {
+            if n["type"] == "network" {
+                n["path"] = json!(netns);
+            }
+        }
+        for m in v["mounts"].as_array_mut().expect("mounts") {
+            if m["destination"] == "/sys" {
+                *m = json!({"destination": "/sys", "type": "none", "source": "/sys",
+                            "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]});
+            }
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&v)?)?;
+        let out = cli.cmd(&fx, &["run", "--bundle", &dir.display().to_string(), &id]).output()?;
+        assert!(out.status.success(), "{cli:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.starts_with(&format!("{}\n", want.display())), "{cli:?}: the holder's {want:?}: {text}");
+        cli.out(&fx, &["delete", "--force", &holder])?;
+        seen.push(text.lines().skip(1).collect::<Vec<_>>().join("\n"));
+    }
+    assert_eq!(seen[0], seen[1], "kaji vs runc");
+    fx.assert_clean();
+    Ok(())
+}
