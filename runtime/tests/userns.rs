@@ -43,6 +43,16 @@ fn bundle(fx: &Fixture, cli: Cli, id: &str, script: &str, secret: &Path) -> anyh
     Ok(dir)
 }
 
+/// `create` of [`bundle`] `id` running `sleep 60`, recorded for the fixture's cleanup.
+fn created_sleeping(fx: &mut Fixture, cli: Cli, id: &str, secret: &Path) -> anyhow::Result<()> {
+    fx.created.push(id.to_string());
+    let dir = bundle(fx, cli, id, "sleep 60", secret)?;
+    let mut create = cli.cmd(fx, &["create", "--bundle", &dir.display().to_string(), id]);
+    let st = create.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    anyhow::ensure!(st.success(), "{cli:?} create");
+    Ok(())
+}
+
 #[test]
 fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow::Result<()> {
     common::require_cli();
@@ -66,14 +76,7 @@ fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow
 
         // exec joins the user namespace: the same mapped root.
         let id = cli.id("userns-exec");
-        fx.created.push(id.clone());
-        let dir = bundle(&fx, cli, &id, "sleep 60", &secret)?;
-        let st = cli
-            .cmd(&fx, &["create", "--bundle", &dir.display().to_string(), &id])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        assert!(st.success(), "{cli:?} create");
+        created_sleeping(&mut fx, cli, &id, &secret)?;
         cli.out(&fx, &["start", &id])?;
         let exec = cli.out(&fx, &["exec", &id, "sh", "-c", "id; cat /proc/self/uid_map; cat /secret 2>&1; true"])?;
         seen.push(exec);
@@ -106,14 +109,7 @@ fn a_new_user_namespace_may_join_another_containers_network_namespace() -> anyho
     let mut seen = Vec::new();
     for cli in Cli::both() {
         let holder = cli.id("netns-holder");
-        fx.created.push(holder.clone());
-        let dir = bundle(&fx, cli, &holder, "sleep 60", &secret)?;
-        let st = cli
-            .cmd(&fx, &["create", "--bundle", &dir.display().to_string(), &holder])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        assert!(st.success(), "{cli:?} create");
+        created_sleeping(&mut fx, cli, &holder, &secret)?;
         let state: Value = serde_json::from_str(&cli.out(&fx, &["state", &holder])?)?;
         let netns = format!("/proc/{}/ns/net", state["pid"]);
         let want = std::fs::read_link(&netns)?;
