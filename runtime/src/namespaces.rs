@@ -30,7 +30,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, PartialEq)]
 pub struct Plan {
     pub clone_flags: CloneFlags,
-    /// Joined in the shim before clone (pid: it only applies to children).
+    /// Joined in the shim before clone (pid: it only applies to children; with a new user
+    /// namespace, every one but the mount namespace).
     pub join_before_clone: Vec<(CloneFlags, PathBuf)>,
     /// Joined by the container init itself (net, ipc, uts, mount, cgroup), a user namespace
     /// first: it owns the others, and joining it gives the capabilities to join them.
@@ -62,6 +63,15 @@ pub fn plan(namespaces: &[LinuxNamespace]) -> Result<Plan> {
         }
     }
     plan.join_in_child.sort_by_key(|(f, _)| *f != CloneFlags::CLONE_NEWUSER);
+    // A new user namespace takes the host's privileges away from the init, and joining a
+    // namespace it does not own needs them: those are joined first, before the clone (runc's
+    // order: join by path, then unshare the user namespace). The mount namespace stays last.
+    if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
+        let (before, child): (Vec<_>, Vec<_>) =
+            plan.join_in_child.into_iter().partition(|(f, _)| *f != CloneFlags::CLONE_NEWNS);
+        plan.join_before_clone.extend(before);
+        plan.join_in_child = child;
+    }
     Ok(plan)
 }
 
@@ -122,5 +132,14 @@ mod tests {
         ])
         .expect("supported");
         assert_eq!(p.join_in_child[0], (CloneFlags::CLONE_NEWUSER, PathBuf::from("/proc/7/ns/user")));
+        // With a new one, the others are joined before the clone (the mount namespace excepted).
+        let p = plan(&[
+            ns(LinuxNamespaceType::User, None),
+            ns(LinuxNamespaceType::Network, Some("/run/netns/pod")),
+            ns(LinuxNamespaceType::Mount, Some("/proc/7/ns/mnt")),
+        ])
+        .expect("supported");
+        assert_eq!(p.join_before_clone, vec![(CloneFlags::CLONE_NEWNET, PathBuf::from("/run/netns/pod"))]);
+        assert_eq!(p.join_in_child, vec![(CloneFlags::CLONE_NEWNS, PathBuf::from("/proc/7/ns/mnt"))]);
     }
 }

@@ -43,6 +43,16 @@ fn bundle(fx: &Fixture, cli: Cli, id: &str, script: &str, secret: &Path) -> anyh
     Ok(dir)
 }
 
+/// `create` of [`bundle`] `id` running `sleep 60`, recorded for the fixture's cleanup.
+fn created_sleeping(fx: &mut Fixture, cli: Cli, id: &str, secret: &Path) -> anyhow::Result<()> {
+    fx.created.push(id.to_string());
+    let dir = bundle(fx, cli, id, "sleep 60", secret)?;
+    let mut create = cli.cmd(fx, &["create", "--bundle", &dir.display().to_string(), id]);
+    let st = create.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    anyhow::ensure!(st.success(), "{cli:?} create");
+    Ok(())
+}
+
 #[test]
 fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow::Result<()> {
     common::require_cli();
@@ -66,14 +76,7 @@ fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow
 
         // exec joins the user namespace: the same mapped root.
         let id = cli.id("userns-exec");
-        fx.created.push(id.clone());
-        let dir = bundle(&fx, cli, &id, "sleep 60", &secret)?;
-        let st = cli
-            .cmd(&fx, &["create", "--bundle", &dir.display().to_string(), &id])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        assert!(st.success(), "{cli:?} create");
+        created_sleeping(&mut fx, cli, &id, &secret)?;
         cli.out(&fx, &["start", &id])?;
         let exec = cli.out(&fx, &["exec", &id, "sh", "-c", "id; cat /proc/self/uid_map; cat /secret 2>&1; true"])?;
         seen.push(exec);
@@ -89,6 +92,53 @@ fn the_containers_root_is_the_mapped_host_id_in_its_init_and_in_exec() -> anyhow
     assert!(seen[0].contains("dev-null-writable"), "{}", seen[0]);
     assert_eq!(seen[0], seen[2], "kaji vs runc: run");
     assert_eq!(seen[1], seen[3], "kaji vs runc: exec");
+    fx.assert_clean();
+    Ok(())
+}
+
+/// A new user namespace with a network namespace joined by path (another container's): the
+/// join comes before the user namespace, as in runc, so the container runs in that network
+/// namespace. /sys is a bind of the host's: sysfs can only be mounted where the network
+/// namespace belongs to the container's user namespace (runc refuses it too).
+#[test]
+fn a_new_user_namespace_may_join_another_containers_network_namespace() -> anyhow::Result<()> {
+    common::require_cli();
+    let mut fx = Fixture::new()?;
+    let secret = fx.dir.join("secret");
+    std::fs::write(&secret, "")?;
+    let mut seen = Vec::new();
+    for cli in Cli::both() {
+        let holder = cli.id("netns-holder");
+        created_sleeping(&mut fx, cli, &holder, &secret)?;
+        let state: Value = serde_json::from_str(&cli.out(&fx, &["state", &holder])?)?;
+        let netns = format!("/proc/{}/ns/net", state["pid"]);
+        let want = std::fs::read_link(&netns)?;
+
+        let id = cli.id("netns-joiner");
+        fx.created.push(id.clone());
+        let dir = bundle(&fx, cli, &id, "readlink /proc/self/ns/net; cat /proc/self/uid_map", &secret)?;
+        let path = dir.join("config.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+        for n in v["linux"]["namespaces"].as_array_mut().expect("namespaces") {
+            if n["type"] == "network" {
+                n["path"] = json!(netns);
+            }
+        }
+        for m in v["mounts"].as_array_mut().expect("mounts") {
+            if m["destination"] == "/sys" {
+                *m = json!({"destination": "/sys", "type": "none", "source": "/sys",
+                            "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]});
+            }
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&v)?)?;
+        let out = cli.cmd(&fx, &["run", "--bundle", &dir.display().to_string(), &id]).output()?;
+        assert!(out.status.success(), "{cli:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.starts_with(&format!("{}\n", want.display())), "{cli:?}: the holder's {want:?}: {text}");
+        cli.out(&fx, &["delete", "--force", &holder])?;
+        seen.push(text.lines().skip(1).collect::<Vec<_>>().join("\n"));
+    }
+    assert_eq!(seen[0], seen[1], "kaji vs runc");
     fx.assert_clean();
     Ok(())
 }
