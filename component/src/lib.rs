@@ -1,9 +1,11 @@
 //! What every kaji control-plane binary shares: the API client from flags, tracing setup,
 //! SIGTERM handling, an election identity, and Lease leader election.
 
+pub mod duration;
 pub mod events;
 pub mod failover;
 pub mod leader;
+pub mod reflector;
 pub mod sdnotify;
 
 use anyhow::Context;
@@ -99,8 +101,13 @@ impl LeaderArgs {
 
 /// Install the tracing subscriber (`RUST_LOG`, default info; JSON lines if asked).
 pub fn init_tracing(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,libcgroups=error".into());
+    init_tracing_with(json, "info,libcgroups=error");
+}
+
+/// Install the tracing subscriber with `default` as the filter when `RUST_LOG` is unset (e.g.
+/// to quiet a library that logs every request at info).
+pub fn init_tracing_with(json: bool, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     if json {
         tracing_subscriber::fmt().with_env_filter(filter).json().init();
     } else {

@@ -1,16 +1,16 @@
 //! The proxy loop. Desired: the rules for every Service and its ready endpoints. Observed: what
 //! the last successful sync installed. Watchers on Services and EndpointSlices keep them reduced
-//! (`cache`) and only mark the rules dirty; one loop builds the model, renders and syncs —
+//! (`kaji_component::reflector`) and only mark the rules dirty; one loop builds the model, renders and syncs —
 //! coalesced to `min_sync_period`, a full rewrite every `sync_period`, with back-off after a
 //! failure.
 
 use crate::backend::{Backend, Syncer};
 use crate::build::{assemble, NodeContext, ServiceInfo, SliceInfo};
-use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::Config;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kaji_component::reflector::Cache;
 use kube::api::Api;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

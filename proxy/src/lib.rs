@@ -4,7 +4,6 @@
 
 pub mod backend;
 pub mod build;
-pub mod cache;
 pub mod controller;
 pub mod http;
 pub mod iptables;

@@ -41,10 +41,10 @@ struct Args {
     #[arg(long)]
     masquerade_all: bool,
     /// Minimum time between syncs (changes in between are applied together), e.g. 1s, 500ms.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = kaji_component::duration::parse_duration)]
     min_sync_period: Duration,
     /// Maximum time between full rewrites of the rules, e.g. 30s, 1m.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = kaji_component::duration::parse_duration)]
     sync_period: Duration,
     /// How to program the rules.
     #[arg(long, value_enum, default_value = "iptables")]
@@ -66,20 +66,6 @@ struct Args {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
-}
-
-/// "500ms", "1s", "2m", "1h" or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
 // One thread is plenty for two watches and /metrics (a sync runs on a blocking thread). Every
@@ -142,20 +128,4 @@ fn cleanup(mode: ProxyMode) -> anyhow::Result<()> {
         Err(e) => return Err(e).context("nftables cleanup"),
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn parses_kubernetes_style_durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
-        assert!(parse_duration("1d").is_err());
-        assert!(parse_duration("x").is_err());
-    }
 }

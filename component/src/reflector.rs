@@ -1,7 +1,7 @@
-//! Follows one resource with a watcher and keeps each object only as the proxy needs it (a
-//! `ServiceInfo`, a `SliceInfo`), keyed by namespace and name: whole API objects for 10,000
-//! Services and their EndpointSlices would be most of the proxy's memory. Every event marks the
-//! rules dirty.
+//! Follows one resource with a watcher and keeps each object only as its user needs it (the
+//! proxy's `ServiceInfo`, DNS's Services), keyed by namespace and name: whole API objects for
+//! 10,000 Services and their EndpointSlices would be most of a component's memory. Every event
+//! notifies the user's `dirty`.
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -100,6 +100,11 @@ impl<T: Send + Sync + 'static> Cache<T> {
     fn lock(&self) -> MutexGuard<'_, Items<T>> {
         // The map stays consistent even if a holder panicked: every change is one call.
         self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the first complete list is in.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
     }
 
     /// Waits for the first complete list.
