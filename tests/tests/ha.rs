@@ -145,19 +145,21 @@ fn killing_the_etcd_leader_loses_no_acknowledged_write_and_no_watch_event() {
     });
 }
 
-/// Which instance of `prefix` (scheduler / controller-manager) holds its lease: the one whose
-/// log says it acquired it last.
-fn leader_instance(lab: &Lab, prefix: &str) -> Result<String, String> {
-    let mut best: Option<(String, usize)> = None;
-    for i in 1..=2 {
-        let name = format!("{prefix}-{i}");
-        let log = std::fs::read_to_string(lab.dir.join(format!("{name}.log"))).unwrap_or_default();
-        let n = log.matches("acquired the lease").count();
-        if n > 0 && best.as_ref().is_none_or(|(_, m)| n > *m) {
-            best = Some((name, n));
-        }
+/// Which instance of `prefix` (scheduler / controller-manager) holds `lease`: the one whose log
+/// says it acquired the lease under the identity the Lease names now.
+fn leader_instance(lab: &Lab, prefix: &str, lease: &str) -> Result<(String, String), String> {
+    let h = holder(lab, lease);
+    if h.is_empty() {
+        return Err(format!("{lease} has no holder"));
     }
-    best.map(|(n, _)| n).ok_or_else(|| format!("no {prefix} instance holds the lease"))
+    (1..=2)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|name| {
+            let log = std::fs::read_to_string(lab.dir.join(format!("{name}.log"))).unwrap_or_default();
+            log.lines().any(|l| l.contains("acquired the lease") && l.contains(&h))
+        })
+        .map(|name| (name, h.clone()))
+        .ok_or_else(|| format!("no {prefix} instance logged acquiring {lease} as {h}"))
 }
 
 fn holder(lab: &Lab, lease: &str) -> String {
@@ -206,8 +208,8 @@ fn losing_an_apiserver_or_a_leader_is_carried_through() {
     // Leadership of the scheduler and the controller manager moves when the leader dies, and the
     // old leader coming back does not take it back.
     for (prefix, lease) in [("scheduler", "kube-scheduler"), ("controller-manager", "kube-controller-manager")] {
-        let leader = wait_for(&format!("a {prefix} leader"), Duration::from_secs(60), || leader_instance(&lab, prefix));
-        let old_holder = holder(&lab, lease);
+        let (leader, old_holder) =
+            wait_for(&format!("a {prefix} leader"), Duration::from_secs(60), || leader_instance(&lab, prefix, lease));
         lab.kill9(&leader);
         let new_holder = wait_for(&format!("{lease} moving to the other instance"), Duration::from_secs(90), || {
             let h = holder(&lab, lease);
