@@ -56,7 +56,9 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
     })
     .await?;
     let client = client(&lab.server())?;
-    step("waiting for the API", wait_ready(&client)).await?;
+    // On etcd the apiservers answer once the members have elected a leader: give it longer.
+    let api_timeout = Duration::from_secs(if lab.ha { 90 } else { 30 });
+    step("waiting for the API", wait_ready(&client, api_timeout)).await?;
     let kubeconfig = lab.dir.join("kubeconfig");
     step("writing kubeconfig", async {
         std::fs::write(&kubeconfig, kubeconfig_text(&lab.server())).context("cannot write kubeconfig")
@@ -189,13 +191,13 @@ pub fn client(server: &str) -> Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build a client")
 }
 
-async fn wait_ready(client: &kube::Client) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+async fn wait_ready(client: &kube::Client, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
     loop {
         match client.apiserver_version().await {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() > deadline => {
-                bail!("no answer through the forwarder after 30s: {e} (see apiserver.log, forward.log)")
+                bail!("no answer through the forwarder after {timeout:?}: {e} (see apiserver*.log, forward.log)")
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
