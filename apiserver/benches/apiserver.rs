@@ -2,7 +2,8 @@
 //! latency (closed loop and paced), LIST, watch fan-out latency and peak memory.
 //!
 //! Run with `cargo build --release -p kaji-apiserver && cargo bench -p kaji-apiserver --bench apiserver`.
-//! `KAJI_BENCH_PODS` sets N (default 10,000); `KAJI_APISERVER_BIN` points at another binary.
+//! `KAJI_BENCH_PODS` sets N (default 10,000); `KAJI_APISERVER_BIN` points at another binary;
+//! `KAJI_BENCH_STORAGE=etcd` runs the same on etcd (one member started beside it).
 
 use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
@@ -393,6 +394,7 @@ async fn main() -> Result<()> {
     let paced_bodies = (0..paced_n).map(|i| pod_body(&format!("paced-{i:05}"), i)).collect::<Result<Vec<_>>>()?;
     let (mut paced, paced_wall) = create_paced(&client, &base, paced_bodies, PACED_RATE).await;
     let hwm_end = server.status_kb("VmHWM")?;
+    let etcd_hwm = server.etcd_kb("VmHWM")?;
 
     drop(client);
     server.stop()?;
@@ -414,7 +416,13 @@ async fn main() -> Result<()> {
         "| benchmark client | {} build, hyper 1 HTTP/1.1 keep-alive pool, same host over 127.0.0.1 |",
         if cfg!(debug_assertions) { "debug" } else { "release" }
     );
-    println!("| store | temp data dir, {} |", server::fs_type(server.dir.path()));
+    match &server.etcd {
+        Some(_) => println!(
+            "| store | etcd (`--storage etcd`), one member (Debian etcd-server 3.4) on loopback, data on {} |",
+            server::fs_type(server.dir.path())
+        ),
+        None => println!("| store | embedded (redb), temp data dir, {} |", server::fs_type(server.dir.path())),
+    }
     println!("| pods (N) | {n}, {pod_size} bytes of JSON each as sent |");
     println!("| create concurrency | {CONCURRENCY} closed-loop clients; paced run: {paced_n} more pods at {PACED_RATE}/s (open loop) on top of N |");
     println!("| watch fan-out | {WATCHERS} watches (selector matches 1 pod), {WATCH_CHANGES} merge patches |\n");
@@ -467,6 +475,9 @@ async fn main() -> Result<()> {
     );
     println!("| peak RSS after {WATCHERS} watches | {} | — | — |", mb(hwm_watch));
     println!("| peak RSS at the end ({} pods) | {} | — | — |", n + paced_n, mb(hwm_end));
+    if server.etcd.is_some() {
+        println!("| etcd peak RSS (VmHWM) at the end | {} | — | — |", mb(etcd_hwm));
+    }
     if !problems.is_empty() {
         println!("\nServer log warnings/errors ({}):\n", problems.len());
         for p in problems.iter().take(10) {

@@ -52,13 +52,21 @@ pub fn require_lab_requirements() {
 impl Lab {
     /// `kaji lab up --dir <tmp> --port <free> --nodes <nodes>`; panics with its output on failure.
     pub fn up(nodes: u8) -> Lab {
+        Self::up_with(nodes, &[])
+    }
+
+    /// The same with more `kaji lab up` flags (`--ha`, `--no-demo`).
+    pub fn up_with(nodes: u8, flags: &[&str]) -> Lab {
         require_lab_requirements();
         let kaji = kaji_binary();
         let tmp = tempfile::Builder::new().prefix("kaji-e2e-").tempdir().expect("tempdir");
         let dir = tmp.path().join("lab");
         let port = free_port();
         let mut lab = Lab { dir, port, nodes, progress: String::new(), kaji, tmp, down: false };
-        let out = lab.kaji(&["up", "--nodes", &nodes.to_string()]);
+        let n = nodes.to_string();
+        let mut args = vec!["up", "--nodes", n.as_str()];
+        args.extend(flags);
+        let out = lab.kaji(&args);
         lab.progress = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "kaji lab up failed:\n{}\n{}", lab.progress, lab.all_logs());
         lab
@@ -136,6 +144,33 @@ impl Lab {
     pub fn apply(&self, object: &Value) {
         let out = self.kubectl_output(&["apply", "-f", "-"], Some(&object.to_string()));
         assert!(out.status.success(), "kubectl apply failed: {}\n{object}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The pid `kaji lab up` recorded for component `name`.
+    pub fn pid(&self, name: &str) -> i32 {
+        let p = self.dir.join(format!("{name}.pid"));
+        std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {}", p.display()))
+    }
+
+    /// SIGKILL component `name` (a crash), by the pid the lab recorded.
+    pub fn kill9(&self, name: &str) {
+        let pid = self.pid(name);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+
+    /// `cmd args…` inside the lab's network namespace (etcdctl, curl-like probes).
+    pub fn in_lab_netns(&self, cmd: &str, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/kaji-lab-{}", self.port))
+            .arg("--")
+            .arg(cmd)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("nsenter runs")
     }
 
     /// The root directory of node `i`'s agent.

@@ -11,6 +11,8 @@ pub struct Server {
     pub base: String,
     pub dir: tempfile::TempDir,
     pub bin: PathBuf,
+    /// With `KAJI_BENCH_STORAGE=etcd`: the etcd member the apiserver stores in.
+    pub etcd: Option<kaji_apiserver::storage::etcd_member::Cluster>,
 }
 
 impl Server {
@@ -18,9 +20,18 @@ impl Server {
         let dir = tempfile::Builder::new().prefix("kaji-bench-").tempdir().context("failed to create a temp dir")?;
         let addr_file = dir.path().join("address");
         let log = std::fs::File::create(dir.path().join("server.log")).context("failed to create the server log")?;
+        let etcd = match std::env::var("KAJI_BENCH_STORAGE").as_deref() {
+            Ok("etcd") => Some(kaji_apiserver::storage::etcd_member::Cluster::start(&dir.path().join("etcd"), 1)?),
+            _ => None,
+        };
+        let storage: Vec<String> = match &etcd {
+            Some(c) => vec!["--storage".into(), "etcd".into(), "--etcd-servers".into(), c.servers_flag()],
+            None => Vec::new(),
+        };
         let child = Command::new(bin)
             .args(["--insecure-bind-address", "127.0.0.1", "--insecure-port", "0", "--data-dir"])
             .arg(dir.path().join("data"))
+            .args(&storage)
             .arg("--address-file")
             .arg(&addr_file)
             .env("RUST_LOG", "warn")
@@ -29,7 +40,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .with_context(|| format!("failed to start {}", bin.display()))?;
-        let mut server = Server { child, base: String::new(), dir, bin: bin.to_path_buf() };
+        let mut server = Server { child, base: String::new(), dir, bin: bin.to_path_buf(), etcd };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = server.child.try_wait()? {
@@ -57,11 +68,15 @@ impl Server {
 
     /// A `kB` field of /proc/<pid>/status, e.g. VmHWM (peak RSS) or VmRSS.
     pub fn status_kb(&self, field: &str) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
-            .with_context(|| format!("no {field} in /proc/{}/status", self.pid()))
+        status_kb(self.pid(), field)
+    }
+
+    /// The same field of the etcd member's process (0 without etcd).
+    pub fn etcd_kb(&self, field: &str) -> Result<u64> {
+        match self.etcd.as_ref().and_then(|c| c.members[0].pid()) {
+            Some(pid) => status_kb(pid, field),
+            None => Ok(0),
+        }
     }
 
     pub fn log_tail(&self) -> String {
@@ -105,6 +120,15 @@ impl Drop for Server {
             eprintln!("warning: {e:#}");
         }
     }
+}
+
+/// A `kB` field of /proc/<pid>/status.
+pub fn status_kb(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 pub fn find_binary() -> Result<PathBuf> {

@@ -55,11 +55,36 @@ impl Connector {
     }
 }
 
+/// A connection to the first of `to` that accepts, from the last good one on (an HA lab's
+/// apiservers: kubectl carries on through the others when one dies).
+async fn connect_any(
+    connector: &Connector,
+    to: &[SocketAddr],
+    preferred: &std::sync::atomic::AtomicUsize,
+) -> std::io::Result<TcpStream> {
+    use std::sync::atomic::Ordering;
+    let start = preferred.load(Ordering::Relaxed);
+    let mut last = std::io::Error::other("no address to forward to");
+    for i in 0..to.len() {
+        let idx = (start + i) % to.len();
+        match connector.connect(to[idx]).await {
+            Ok(s) => {
+                preferred.store(idx, Ordering::Relaxed);
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Serves until killed.
-pub async fn run(netns: &str, listen: SocketAddr, to: SocketAddr) -> Result<()> {
+pub async fn run(netns: &str, listen: SocketAddr, to: Vec<SocketAddr>) -> Result<()> {
     let connector = Connector::start(netns)?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    eprintln!("forwarding {listen} to {to} in network namespace {netns}");
+    eprintln!("forwarding {listen} to {to:?} in network namespace {netns}");
+    let to = std::sync::Arc::new(to);
+    let preferred = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         let (mut inbound, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -71,11 +96,12 @@ pub async fn run(netns: &str, listen: SocketAddr, to: SocketAddr) -> Result<()> 
         };
         let connector = connector.clone();
         let netns = netns.to_string();
+        let (to, preferred) = (to.clone(), preferred.clone());
         tokio::spawn(async move {
-            let mut outbound = match connector.connect(to).await {
+            let mut outbound = match connect_any(&connector, &to, &preferred).await {
                 Ok(s) => s,
                 Err(e) => {
-                    eprintln!("{peer}: cannot connect to {to} in {netns}: {e}");
+                    eprintln!("{peer}: cannot connect to {to:?} in {netns}: {e}");
                     return;
                 }
             };

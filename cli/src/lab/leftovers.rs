@@ -159,7 +159,7 @@ mod tests {
 ";
 
     fn lab() -> Lab {
-        Lab { dir: PathBuf::from("/tmp/l"), port: 7001, nodes: 2 }
+        Lab { dir: PathBuf::from("/tmp/l"), port: 7001, nodes: 2, ha: false }
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub enum LabCommand {
         /// Do not install missing packages (apt); say what is missing and how to install it.
         #[arg(long)]
         no_install: bool,
+        /// High availability: 3 etcd members and 3 apiservers on them (ports PORT..PORT+2 in the
+        /// lab namespace; kubectl's forwarder and every component move to a live one), and two
+        /// leader-elected schedulers and controller managers.
+        #[arg(long)]
+        ha: bool,
     },
     /// Show each component and node of the lab, and whether the API answers.
     Status {
@@ -110,8 +115,9 @@ pub enum LabCommand {
         netns: String,
         #[arg(long)]
         listen: SocketAddr,
-        #[arg(long)]
-        to: SocketAddr,
+        /// Where to connect, in order of preference (several: an HA lab's apiservers).
+        #[arg(long, value_delimiter = ',', required = true)]
+        to: Vec<SocketAddr>,
     },
 }
 
@@ -131,8 +137,8 @@ pub enum ImageVerb {
 
 pub async fn run(cmd: LabCommand) -> Result<()> {
     match cmd {
-        LabCommand::Up { dir, port, nodes, no_demo, no_install } => {
-            up::up(Lab { dir, port, nodes }, !no_demo, !no_install).await
+        LabCommand::Up { dir, port, nodes, no_demo, no_install, ha } => {
+            up::up(Lab { dir, port, nodes, ha }, !no_demo, !no_install).await
         }
         LabCommand::Status { dir } => status::status(&State::load(&dir)?).await,
         LabCommand::Logs { component, dir, follow } => status::logs(&State::load(&dir)?, &component, follow).await,

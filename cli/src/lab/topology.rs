@@ -14,6 +14,8 @@ pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The lab's registry, in the lab namespace on the bridge address.
 pub const REGISTRY: &str = "172.30.0.1:5000";
 pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+/// Debian's etcd-server (the HA lab's store).
+pub const ETCD_BIN: &str = "/usr/bin/etcd";
 /// The demo image, imported into every node's store from the host's busybox-static.
 pub const DEMO_IMAGE: &str = "kaji.local/busybox:lab";
 
@@ -24,7 +26,17 @@ pub struct Lab {
     pub dir: PathBuf,
     pub port: u16,
     pub nodes: u8,
+    /// `--ha`: 3 etcd members, 3 apiservers on it (ports `port`, `port+1`, `port+2` in the lab
+    /// namespace), and 2 of each elected component.
+    #[serde(default)]
+    pub ha: bool,
 }
+
+/// etcd members of an HA lab, on the lab namespace's loopback.
+pub const ETCD_MEMBERS: u8 = 3;
+/// Apiservers of an HA lab, and instances of the scheduler and the controller manager.
+pub const HA_APISERVERS: u8 = 3;
+pub const HA_ELECTED: u8 = 2;
 
 /// A process the lab runs: `binary` (a file beside `kaji`) with `args`, inside network namespace
 /// `netns` (None: the host's). Its pid is kept in `<dir>/<name>.pid`, its output in `<name>.log`.
@@ -74,9 +86,120 @@ impl Lab {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// What the nodes use: the apiserver on the lab bridge.
+    /// What the nodes use: the apiserver(s) on the lab bridge (comma-separated with --ha).
     fn bridge_server(&self) -> String {
-        format!("http://{BRIDGE_IP}:{}", self.port)
+        self.apiserver_ports().map(|p| format!("http://{BRIDGE_IP}:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// What the control plane in the lab namespace uses.
+    fn local_servers(&self) -> String {
+        self.apiserver_ports().map(|p| format!("http://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// The apiservers' ports inside the lab namespace (the first is also the forwarder's).
+    pub fn apiserver_ports(&self) -> impl Iterator<Item = u16> {
+        let (n, port) = (if self.ha { HA_APISERVERS } else { 1 }, self.port);
+        (0..n).map(move |i| port + u16::from(i))
+    }
+
+    /// etcd member `i` (1-based): (name, client URL, peer URL), on the lab namespace's loopback.
+    pub fn etcd_member(i: u8) -> (String, String, String) {
+        let base = 2379 + 10 * u16::from(i - 1);
+        (format!("etcd-{i}"), format!("http://127.0.0.1:{base}"), format!("http://127.0.0.1:{}", base + 1))
+    }
+
+    fn etcd_servers() -> String {
+        (1..=ETCD_MEMBERS).map(|i| Lab::etcd_member(i).1).collect::<Vec<_>>().join(",")
+    }
+
+    fn etcd_components(&self) -> Vec<Component> {
+        let peers: Vec<String> = (1..=ETCD_MEMBERS)
+            .map(|i| {
+                let (n, _, p) = Lab::etcd_member(i);
+                format!("{n}={p}")
+            })
+            .collect();
+        (1..=ETCD_MEMBERS)
+            .map(|i| {
+                let (name, client, peer) = Lab::etcd_member(i);
+                let data = self.dir.join(&name);
+                Component {
+                    name: name.clone(),
+                    binary: ETCD_BIN.into(),
+                    netns: Some(self.netns()),
+                    args: argv(&[
+                        "--name",
+                        &name,
+                        "--data-dir",
+                        &data.to_string_lossy(),
+                        "--listen-client-urls",
+                        &client,
+                        "--advertise-client-urls",
+                        &client,
+                        "--listen-peer-urls",
+                        &peer,
+                        "--initial-advertise-peer-urls",
+                        &peer,
+                        "--initial-cluster",
+                        &peers.join(","),
+                        "--initial-cluster-state",
+                        "new",
+                        "--initial-cluster-token",
+                        &self.netns(),
+                        "--snapshot-count",
+                        "10000",
+                        "--log-level",
+                        "warn",
+                        "--logger",
+                        "zap",
+                    ]),
+                }
+            })
+            .collect()
+    }
+
+    fn apiserver(&self, i: u8, port: u16) -> Component {
+        let name = if self.ha { format!("apiserver-{i}") } else { "apiserver".into() };
+        let mut args = argv(&[
+            "--insecure-bind-address",
+            "0.0.0.0",
+            "--insecure-port",
+            &port.to_string(),
+            "--authorization-mode",
+            "Node,RBAC",
+            "--enable-admission-plugins",
+            "NodeRestriction",
+        ]);
+        if self.ha {
+            args.extend(argv(&[
+                "--data-dir",
+                &self.dir.join(format!("{name}-data")).to_string_lossy(),
+                "--storage",
+                "etcd",
+                "--etcd-servers",
+                &Lab::etcd_servers(),
+                // The nodes reach every apiserver on the bridge; so do pods (kubernetes Service).
+                "--advertise-address",
+                BRIDGE_IP,
+            ]));
+        } else {
+            args.extend(argv(&["--data-dir", &self.dir.join("apiserver-data").to_string_lossy()]));
+        }
+        Component { name, binary: "kaji-apiserver".into(), netns: Some(self.netns()), args }
+    }
+
+    /// The control plane's component names in start order: etcd members, apiservers.
+    pub fn apiserver_names(&self) -> Vec<String> {
+        self.components().into_iter().map(|c| c.name).filter(|n| n.starts_with("apiserver")).collect()
+    }
+
+    /// Names of the elected components (scheduler and controller manager instances).
+    pub fn elected_names(&self) -> Vec<String> {
+        self.components()
+            .into_iter()
+            .map(|c| c.name)
+            .filter(|n| n.starts_with("scheduler") || n.starts_with("controller-manager"))
+            .collect()
     }
 
     pub fn node_ids(&self) -> impl Iterator<Item = u8> {
@@ -120,25 +243,13 @@ impl Lab {
     /// Every component in start order (`down` stops them in reverse).
     pub fn components(&self) -> Vec<Component> {
         let lab = Some(self.netns());
-        let local = self.server();
-        let mut all = vec![
-            Component {
-                name: "apiserver".into(),
-                binary: "kaji-apiserver".into(),
-                netns: lab.clone(),
-                args: argv(&[
-                    "--insecure-bind-address",
-                    "0.0.0.0",
-                    "--insecure-port",
-                    &self.port.to_string(),
-                    "--authorization-mode",
-                    "Node,RBAC",
-                    "--enable-admission-plugins",
-                    "NodeRestriction",
-                    "--data-dir",
-                    &self.dir.join("apiserver-data").to_string_lossy(),
-                ]),
-            },
+        let local = if self.ha { self.local_servers() } else { self.server() };
+        let mut all = if self.ha { self.etcd_components() } else { Vec::new() };
+        for (i, port) in self.apiserver_ports().enumerate() {
+            all.push(self.apiserver(i as u8 + 1, port));
+        }
+        let to: Vec<String> = self.apiserver_ports().map(|p| format!("127.0.0.1:{p}")).collect();
+        all.extend([
             Component {
                 name: "forward".into(),
                 binary: "kaji".into(),
@@ -151,7 +262,7 @@ impl Lab {
                     "--listen",
                     &format!("127.0.0.1:{}", self.port),
                     "--to",
-                    &format!("127.0.0.1:{}", self.port),
+                    &to.join(","),
                 ]),
             },
             Component {
@@ -160,19 +271,32 @@ impl Lab {
                 netns: lab.clone(),
                 args: argv(&["serve", &self.dir.join("registry/config.yml").to_string_lossy()]),
             },
-            Component {
-                name: "controller-manager".into(),
+        ]);
+        let instances: Vec<(String, Vec<String>)> = if self.ha {
+            (1..=HA_ELECTED).map(|i| (format!("-{i}"), argv(&["--leader-elect"]))).collect()
+        } else {
+            vec![(String::new(), Vec::new())]
+        };
+        for (suffix, extra) in &instances {
+            let mut args = argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]);
+            args.extend(extra.iter().cloned());
+            all.push(Component {
+                name: format!("controller-manager{suffix}"),
                 binary: "kaji-controller-manager".into(),
                 netns: lab.clone(),
-                args: argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]),
-            },
-            Component {
-                name: "scheduler".into(),
+                args,
+            });
+        }
+        for (suffix, extra) in &instances {
+            let mut args = argv(&["--master", &local]);
+            args.extend(extra.iter().cloned());
+            all.push(Component {
+                name: format!("scheduler{suffix}"),
                 binary: "kaji-scheduler".into(),
-                netns: lab,
-                args: argv(&["--master", &local]),
-            },
-        ];
+                netns: lab.clone(),
+                args,
+            });
+        }
         for i in self.node_ids() {
             all.push(self.agent(i));
         }
@@ -252,7 +376,42 @@ mod tests {
     use super::*;
 
     fn lab() -> Lab {
-        Lab { dir: PathBuf::from("/tmp/l"), port: 7001, nodes: 2 }
+        Lab { dir: PathBuf::from("/tmp/l"), port: 7001, nodes: 2, ha: false }
+    }
+
+    #[test]
+    fn an_ha_lab_runs_etcd_three_apiservers_and_elected_pairs() {
+        let l = Lab { ha: true, ..lab() };
+        let all = l.components();
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names[..11],
+            [
+                "etcd-1",
+                "etcd-2",
+                "etcd-3",
+                "apiserver-1",
+                "apiserver-2",
+                "apiserver-3",
+                "forward",
+                "registry",
+                "controller-manager-1",
+                "controller-manager-2",
+                "scheduler-1"
+            ]
+        );
+        let args = |n: &str| all.iter().find(|c| c.name == n).map(|c| c.args.join(" ")).unwrap_or_default();
+        assert!(args("apiserver-3").contains("--insecure-port 7003"), "{}", args("apiserver-3"));
+        assert!(args("apiserver-1").contains(
+            "--storage etcd --etcd-servers http://127.0.0.1:2379,http://127.0.0.1:2389,http://127.0.0.1:2399"
+        ));
+        assert!(args("etcd-2").contains("--initial-cluster etcd-1=http://127.0.0.1:2380,etcd-2=http://127.0.0.1:2390"));
+        assert!(args("forward").contains("--to 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"));
+        assert!(args("scheduler-2").ends_with("--leader-elect"));
+        assert!(
+            args("agent-1").contains("--master http://172.30.0.1:7001,http://172.30.0.1:7002,http://172.30.0.1:7003")
+        );
+        assert_eq!(l.apiserver_names(), ["apiserver-1", "apiserver-2", "apiserver-3"]);
     }
 
     #[test]

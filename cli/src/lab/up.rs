@@ -1,7 +1,7 @@
 //! `kaji lab up` and `kaji lab restart`: checks, network namespaces, control plane, forwarder,
 //! nodes, demo — one progress line per step.
 
-use super::topology::{Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY};
+use super::topology::{self, Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY};
 use super::{demo, deps, image, net, procs, registry, step, State};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Node;
@@ -36,8 +36,17 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         let what = format!("creating network namespace {} (eth0 {}/{PREFIX_LEN})", lab.node_netns(i), Lab::node_ip(i));
         step(&what, async { net::run_plan(&lab.node_net_plan(i)) }).await?;
     }
-    let what = format!("starting kaji-apiserver in {} ({BRIDGE_IP}:{}, embedded store)", lab.netns(), lab.port);
-    step(&what, spawn(state, "apiserver")).await?;
+    if lab.ha {
+        for i in 1..=topology::ETCD_MEMBERS {
+            let (name, client, _) = Lab::etcd_member(i);
+            step(&format!("starting {name} in {} ({client})", lab.netns()), spawn(state, &name)).await?;
+        }
+    }
+    for (name, port) in lab.apiserver_names().into_iter().zip(lab.apiserver_ports()) {
+        let store = if lab.ha { "etcd" } else { "embedded store" };
+        let what = format!("starting kaji-{name} in {} ({BRIDGE_IP}:{port}, {store})", lab.netns());
+        step(&what, spawn(state, &name)).await?;
+    }
     let what = format!("starting the API forwarder (127.0.0.1:{} to {})", lab.port, lab.netns());
     step(&what, spawn(state, "forward")).await?;
     let what = format!("starting docker-registry in {} ({REGISTRY})", lab.netns());
@@ -47,14 +56,16 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
     })
     .await?;
     let client = client(&lab.server())?;
-    step("waiting for the API", wait_ready(&client)).await?;
+    // On etcd the apiservers answer once the members have elected a leader: give it longer.
+    let api_timeout = Duration::from_secs(if lab.ha { 90 } else { 30 });
+    step("waiting for the API", wait_ready(&client, api_timeout)).await?;
     let kubeconfig = lab.dir.join("kubeconfig");
     step("writing kubeconfig", async {
         std::fs::write(&kubeconfig, kubeconfig_text(&lab.server())).context("cannot write kubeconfig")
     })
     .await?;
-    for c in ["controller-manager", "scheduler"] {
-        step(&format!("starting kaji-{c} in {}", lab.netns()), spawn(state, c)).await?;
+    for c in lab.elected_names() {
+        step(&format!("starting kaji-{c} in {}", lab.netns()), spawn(state, &c)).await?;
     }
     let rootfs = lab.dir.join("demo-rootfs");
     step(&format!("building the demo image from {}", image::BUSYBOX), async { image::busybox_rootfs(&rootfs) }).await?;
@@ -180,13 +191,13 @@ pub fn client(server: &str) -> Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build a client")
 }
 
-async fn wait_ready(client: &kube::Client) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+async fn wait_ready(client: &kube::Client, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
     loop {
         match client.apiserver_version().await {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() > deadline => {
-                bail!("no answer through the forwarder after 30s: {e} (see apiserver.log, forward.log)")
+                bail!("no answer through the forwarder after {timeout:?}: {e} (see apiserver*.log, forward.log)")
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
