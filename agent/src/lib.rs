@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod cgroup;
+pub mod dns;
 pub mod env;
 pub mod exec;
 pub mod http;
@@ -85,7 +86,9 @@ pub struct Config {
     pub eviction_hard: node::Eviction,
     pub max_pods: u32,
     pub insecure_registries: Vec<String>,
-    /// Copied into pods as /etc/resolv.conf unless `cluster_dns` is set.
+    /// The node's resolver configuration: the base of pods with dnsPolicy Default (and of
+    /// ClusterFirst ones on the host network); its search domains follow the cluster's for
+    /// ClusterFirst pods. An empty path: 127.0.0.1 with no search path, as kubelet's.
     pub resolv_conf: PathBuf,
     pub cluster_dns: Vec<IpAddr>,
     pub cluster_domain: String,

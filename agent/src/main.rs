@@ -49,12 +49,17 @@ struct Args {
     /// Registries (host[:port]) reached over plain HTTP; loopback registries always are.
     #[arg(long)]
     insecure_registry: Vec<String>,
-    /// Pods with dnsPolicy ClusterFirst use these nameservers.
-    #[arg(long)]
+    /// The cluster DNS server(s) (the kube-dns Service's ClusterIP, e.g. 10.96.0.10; repeatable or
+    /// comma-separated): the nameservers of pods with dnsPolicy ClusterFirst. Without it those pods
+    /// fall back to Default (with a MissingClusterDNS warning event), as kubelet's.
+    #[arg(long, value_delimiter = ',')]
     cluster_dns: Vec<IpAddr>,
+    /// The cluster's DNS domain: ClusterFirst pods search `<ns>.svc.<domain> svc.<domain> <domain>`.
     #[arg(long, default_value = "cluster.local")]
     cluster_domain: String,
-    /// Copied into pods that do not use the cluster DNS.
+    /// The node's resolver configuration, the base of dnsPolicy Default pods (and of hostNetwork
+    /// pods with ClusterFirst); its search domains also follow the cluster's for ClusterFirst
+    /// pods. Empty: pods with dnsPolicy Default ask 127.0.0.1.
     #[arg(long, default_value = "/etc/resolv.conf")]
     resolv_conf: PathBuf,
     /// Extra node labels, key=value.

@@ -349,8 +349,9 @@ pub fn is_mountpoint(path: &Path) -> bool {
     info.lines().any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
 }
 
-/// Writes the pod's /etc/hosts, /etc/resolv.conf and /etc/hostname.
-pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) -> Result<()> {
+/// Writes the pod's /etc/hosts, /etc/resolv.conf (per its dnsPolicy, `dns`) and /etc/hostname;
+/// returns the DNS warnings (kubelet's events) when resolv.conf was (re)written.
+pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) -> Result<Vec<crate::dns::Warning>> {
     std::fs::create_dir_all(&dir.0).map_err(io("create", &dir.0))?;
     let spec = pod.spec.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -377,35 +378,25 @@ pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) ->
         }
         h
     };
-    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
-    let cluster = (policy == "ClusterFirst" && !host_network) || policy == "ClusterFirstWithHostNet";
-    let mut resolv = if cluster && !host.cluster_dns.is_empty() {
-        let d = &host.cluster_domain;
-        let mut r = format!("search {ns}.svc.{d} svc.{d} {d}\n");
-        for ip in &host.cluster_dns {
-            r.push_str(&format!("nameserver {ip}\n"));
-        }
-        r.push_str("options ndots:5\n");
-        r
-    } else if policy == "None" {
-        String::new()
+    let host_resolv = if host.resolv_conf.as_os_str().is_empty() {
+        None
     } else {
-        std::fs::read_to_string(&host.resolv_conf).unwrap_or_default()
+        Some(std::fs::read_to_string(&host.resolv_conf).unwrap_or_else(|e| {
+            tracing::warn!(path = %host.resolv_conf.display(), error = %e, "cannot read the node's resolv.conf");
+            String::new()
+        }))
     };
-    if let Some(c) = &spec.dns_config {
-        for ns in c.nameservers.iter().flatten() {
-            resolv.push_str(&format!("nameserver {ns}\n"));
-        }
-        if let Some(s) = &c.searches {
-            resolv.push_str(&format!("search {}\n", s.join(" ")));
-        }
-        for o in c.options.iter().flatten() {
-            match (&o.name, &o.value) {
-                (Some(n), Some(v)) => resolv.push_str(&format!("options {n}:{v}\n")),
-                (Some(n), None) => resolv.push_str(&format!("options {n}\n")),
-                _ => {}
-            }
-        }
+    let node = crate::dns::Node {
+        resolv_conf: host_resolv.as_deref(),
+        cluster_dns: &host.cluster_dns,
+        cluster_domain: &host.cluster_domain,
+        ipv6: host.node_ip.is_ipv6(),
+    };
+    let (resolv, mut dns_warnings) = crate::dns::for_pod(pod, node);
+    let resolv = resolv.render();
+    if std::fs::read(dir.resolv_conf()).is_ok_and(|old| old == resolv.as_bytes()) {
+        // Written before: its warnings were reported then.
+        dns_warnings.clear();
     }
     for (path, content) in
         [(dir.hosts(), hosts), (dir.resolv_conf(), resolv), (dir.hostname(), format!("{hostname}\n"))]
@@ -419,7 +410,7 @@ pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) ->
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).map_err(io("chmod", &tmp))?;
         std::fs::rename(&tmp, &path).map_err(io("write", &path))?;
     }
-    Ok(())
+    Ok(dns_warnings)
 }
 
 /// Unmounts the pod's tmpfs volumes and removes its directory.

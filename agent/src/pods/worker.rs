@@ -246,7 +246,9 @@ impl Worker {
         }
         self.sandbox_ready = true;
         let pod_ip = self.pod_ip(p);
-        volumes::write_etc(&dir, p, pod_ip.as_deref().unwrap_or(""), &self.s.config)?;
+        for w in volumes::write_etc(&dir, p, pod_ip.as_deref().unwrap_or(""), &self.s.config)? {
+            self.event_warning(p, w.reason, w.message);
+        }
         let refs = Refs::fetch(&self.s.client, p, None).await?;
         let volume_paths = match volumes::ensure(&dir, p, &refs, &self.node_env(p)) {
             Ok(v) => v,
