@@ -215,7 +215,7 @@ impl Network {
         // Only podCIDRs and addresses are read: managedFields are dropped before the store
         // (every agent holds every Node).
         let nodes = watcher(api, watcher::Config::default()).modify(|n| n.metadata.managed_fields = None);
-        let mut events = kube::runtime::reflector(writer, nodes).default_backoff().touched_objects().boxed();
+        let mut events = kube::runtime::reflector(writer, nodes).default_backoff().boxed();
         let mut resync = tokio::time::interval(Duration::from_secs(30));
         let mut ready = false;
         loop {
@@ -224,6 +224,10 @@ impl Network {
                 ev = events.next() => match ev {
                     None => return,
                     Some(Err(e)) => { tracing::warn!(error = %e, "node watch failed; retrying"); continue }
+                    // The store swaps a (re)list in whole at InitDone: before it, `reader` holds
+                    // nothing or the previous list, so only a complete state is acted on (an agent
+                    // restarted on a quiet cluster gets no later event to wait for).
+                    Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
                     Some(Ok(_)) => ready = true,
                 },
                 _ = resync.tick() => {}
