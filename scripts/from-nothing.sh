@@ -37,6 +37,13 @@ cp -a "$HOME/.rustup/toolchains/$tc" "$root/root/.rustup/toolchains/"
 cp -a "$HOME/.rustup/settings.toml" "$root/root/.rustup/" 2>/dev/null || true
 cp -L "$(command -v kubectl)" "$root/usr/local/bin/kubectl"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# A machine on this network trusts the CAs its administrator added (here: the egress proxy's);
+# the chroot gets the same ones, nothing else.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null
+fi
 rm -rf "$root/src/kaji"; git clone -q "$repo" "$root/src/kaji"
 
 for m in proc sys dev; do
