@@ -46,6 +46,9 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 rm -rf "$root/src/kaji"; git clone -q "$repo" "$root/src/kaji"
 
+# "/" inside the chroot must be a mount point of its own (ip netns makes it a slave mount), as on
+# any real machine.
+mount --bind "$root" "$root"; mounted+=("$root")
 for m in proc sys dev; do
   mkdir -p "$root/$m"
 done
