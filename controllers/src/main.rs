@@ -1,6 +1,7 @@
 //! kaji-controller-manager: parse flags, install tracing, run the controllers until SIGTERM/SIGINT.
 
 use clap::{ArgAction, Parser};
+use kaji_component::duration::parse_duration;
 use kaji_controllers::nodeipam::cidr::Cidr;
 use kaji_controllers::nodelifecycle::health::Grace;
 use std::net::{IpAddr, SocketAddr};
@@ -66,20 +67,6 @@ struct Args {
     /// namespace, for pods to verify the apiserver with; without it nothing is published.
     #[arg(long)]
     root_ca_file: Option<std::path::PathBuf>,
-}
-
-/// "500ms", "1s", "2m", "1h" or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
 #[tokio::main]
