@@ -5,6 +5,7 @@
 //! root, `kubectl` on PATH and what `kaji lab up` checks (iproute2, util-linux's nsenter,
 //! busybox-static). A missing requirement fails the test; it never skips.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -140,6 +141,11 @@ impl Lab {
         serde_json::from_str(&self.kubectl(&all)).expect("kubectl -o json prints JSON")
     }
 
+    /// The apiserver's `/metrics` (Prometheus text), read through kubectl.
+    pub fn metrics(&self) -> String {
+        self.kubectl(&["get", "--raw", "/metrics"])
+    }
+
     /// `kubectl apply -f -` of `object`.
     pub fn apply(&self, object: &Value) {
         let out = self.kubectl_output(&["apply", "-f", "-"], Some(&object.to_string()));
@@ -225,6 +231,41 @@ impl Drop for Lab {
     }
 }
 
+/// One sample line of a Prometheus text exposition, `name{a="x",b="y"} value`: its name, labels
+/// and value. Comments, blank and malformed lines give None.
+pub fn parse_metric(line: &str) -> Option<(&str, BTreeMap<&str, String>, f64)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let (series, value) = line.trim().rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let Some((name, mut rest)) = series.split_once('{') else {
+        return Some((series, BTreeMap::new(), value));
+    };
+    let mut labels = BTreeMap::new();
+    loop {
+        rest = rest.trim_start_matches(',');
+        if rest == "}" {
+            return Some((name, labels, value));
+        }
+        let (label, after) = rest.split_once("=\"")?;
+        let mut text = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => text.push('\n'),
+                    c => text.push(c),
+                },
+                (_, c) => text.push(c),
+            }
+        };
+        labels.insert(label, text);
+        rest = &after[end + 1..];
+    }
+}
+
 /// Polls `f` until it returns Some, at most `timeout`; panics with `what` and the last attempt.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + timeout;
@@ -260,4 +301,26 @@ pub fn host_network_snapshot() -> String {
         run(&["iptables", "-S"]),
         run(&["iptables", "-t", "nat", "-S"]),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_lines_parse_with_their_labels() {
+        let line = r#"apiserver_request_total{verb="PATCH",resource="nodes",subresource="status",code="200"} 6"#;
+        let (name, labels, value) = parse_metric(line).expect("a sample");
+        assert_eq!((name, value), ("apiserver_request_total", 6.0));
+        assert_eq!(labels["verb"], "PATCH");
+        assert_eq!(labels["subresource"], "status");
+        assert_eq!(labels.len(), 4);
+        let (name, labels, value) = parse_metric("kaji_storage_live_bytes 123456").expect("a sample");
+        assert_eq!((name, labels.len(), value), ("kaji_storage_live_bytes", 0, 123456.0));
+        let (_, labels, _) = parse_metric(r#"m{a="x \"y\", z",b=""} 1"#).expect("escapes");
+        assert_eq!((labels["a"].as_str(), labels["b"].as_str()), (r#"x "y", z"#, ""));
+        assert_eq!(parse_metric("# TYPE apiserver_request_total counter"), None);
+        assert_eq!(parse_metric(r#"m{a="x} 1"#), None);
+        assert_eq!(parse_metric("m notanumber"), None);
+    }
 }

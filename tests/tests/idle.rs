@@ -3,7 +3,7 @@
 //! on change or every 5 minutes, a leader's Lease every 2 s — counted by the apiserver itself
 //! (`apiserver_request_total`). On failure it prints every request of the window. Needs root.
 
-use kaji_e2e::{wait_for, Lab, Value};
+use kaji_e2e::{parse_metric, wait_for, Lab, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -20,22 +20,16 @@ const WRITE_VERBS: [&str; 6] = ["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELE
 /// (verb, resource, subresource) → requests, summed over response codes.
 type Counts = BTreeMap<(String, String, String), u64>;
 
-/// The labels of one `apiserver_request_total{...} N` line.
+/// The key and count of one `apiserver_request_total{...} N` line.
 fn parse_line(line: &str) -> Option<((String, String, String), u64)> {
-    let rest = line.strip_prefix("apiserver_request_total{")?;
-    let (labels, value) = rest.split_once("} ")?;
-    let label = |name: &str| {
-        let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
-        labels[start..].split('"').next().map(str::to_string)
-    };
-    let n = value.trim().parse::<f64>().ok()?;
-    Some(((label("verb")?, label("resource")?, label("subresource").unwrap_or_default()), n as u64))
+    let (name, mut labels, n) = parse_metric(line)?;
+    let mut label = |name: &str| labels.remove(name).unwrap_or_default();
+    (name == "apiserver_request_total").then(|| ((label("verb"), label("resource"), label("subresource")), n as u64))
 }
 
 fn requests(lab: &Lab) -> Counts {
-    let text = lab.kubectl(&["get", "--raw", "/metrics"]);
     let mut out = Counts::new();
-    for (key, n) in text.lines().filter_map(parse_line) {
+    for (key, n) in lab.metrics().lines().filter_map(parse_line) {
         *out.entry(key).or_default() += n;
     }
     out
