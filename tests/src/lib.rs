@@ -24,10 +24,16 @@ pub struct Lab {
     down: bool,
 }
 
-/// The workspace's `kaji` binary, beside the directory holding this test executable.
+/// The workspace's `kaji` binary, beside the directory holding this test executable — or in
+/// `$KAJI_E2E_BIN_DIR` when set (another build of the same binaries, e.g. an installed one).
 pub fn kaji_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable has a path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps");
+    let profile_dir = match std::env::var_os("KAJI_E2E_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let exe = std::env::current_exe().expect("the test executable has a path");
+            exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps").to_path_buf()
+        }
+    };
     let kaji = profile_dir.join("kaji");
     assert!(
         kaji.exists(),
