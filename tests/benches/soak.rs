@@ -199,6 +199,10 @@ fn control_plane_cpu(prev: &Sample, cur: &Sample) -> f64 {
         .sum()
 }
 
+fn ratio(s: &Sample) -> f64 {
+    s.store_file as f64 / s.store_live.max(1) as f64
+}
+
 fn phase(s: &Sample) -> &'static str {
     if s.churn {
         "churn"
@@ -261,7 +265,7 @@ fn report(samples: &[Sample], names: &[String], o: &Options) -> String {
             mib(s.store_file),
             mib(s.store_live),
             mib(s.store_history),
-            s.store_file as f64 / s.store_live.max(1) as f64,
+            ratio(s),
             mib(s.data_dir),
             s.objects,
             reqs.join(" | "),
@@ -271,8 +275,23 @@ fn report(samples: &[Sample], names: &[String], o: &Options) -> String {
     }
 
     out += "\nTargets (issue 16):\n\n";
-    let ratio = samples[1..].iter().map(|s| s.store_file as f64 / s.store_live.max(1) as f64).fold(0.0, f64::max);
-    let _ = writeln!(out, "- store file / live data, worst minute: {ratio:.2} (target ≤ 3): {}", verdict(ratio <= 3.0));
+    let worst =
+        samples[1..].iter().max_by(|a, b| ratio(a).total_cmp(&ratio(b))).expect("at least one minute was sampled");
+    let _ = writeln!(
+        out,
+        "- store file / live data, worst minute: {:.2} ({:.2} MiB / {:.2} MiB) (target ≤ 3): {}",
+        ratio(worst),
+        mib(worst.store_file),
+        mib(worst.store_live),
+        match ratio(worst) <= 3.0 {
+            true => "met",
+            // The embedded store rewrites its file only when that frees at least 4 MiB.
+            false if worst.store_file < worst.store_live + worst.store_history + (4 << 20) => {
+                "missed as a ratio, but within the 4 MiB the embedded store leaves before it rewrites its file"
+            }
+            false => "**missed**",
+        }
+    );
     let churn: Vec<&Sample> = samples.iter().filter(|s| s.churn).collect();
     if let (Some(from), Some(end)) = (churn.get(4), churn.last()) {
         let mut worst = (String::new(), f64::MIN);
