@@ -6,14 +6,14 @@
 //! to the end, the control plane at rest ≤ 2% of a core (from the minutes before the churn).
 //!
 //! A bench, not a test: it measures and reports, and runs the release binaries a user runs
-//! (`target/release/kaji` beside this bench) through the end-to-end harness.
+//! (`target/release/kaji` beside this bench, or `$KAJI_E2E_BIN_DIR`) through the end-to-end harness.
 //!
 //! `cargo build --release --bins && cargo bench -p kaji-e2e --bench soak -- --minutes 20`
 //! Options: `--minutes M` (churn, default 20), `--idle-minutes I` (at rest first, default 2),
 //! `--nodes N` (3), `--replicas R` (10), `--configmap-every S` (seconds, 2), `--out FILE` (also
 //! write the report there). Needs root and what `kaji lab up` needs, as the end-to-end tests do.
 
-use kaji_e2e::{json, parse_metric, wait_for, Lab};
+use kaji_e2e::{json, kaji_binary, parse_metric, wait_for, Lab};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -327,12 +327,13 @@ fn report(samples: &[Sample], names: &[String], o: &Options) -> String {
     }
     let _ = writeln!(
         out,
-        "\nConditions: {} node(s), {} min at rest then {} min of churn (Deployment 0 <-> {} every minute, a ConfigMap patch every {:.1} s), release binaries; load average per minute in the last table.",
+        "\nConditions: {} node(s), {} min at rest then {} min of churn (Deployment 0 <-> {} every minute, a ConfigMap patch every {:.1} s), binaries from {}; load average per minute in the last table.",
         o.nodes,
         o.idle_minutes,
         o.minutes,
         o.replicas,
-        o.configmap_every.as_secs_f64()
+        o.configmap_every.as_secs_f64(),
+        kaji_binary().parent().map(|d| d.display().to_string()).unwrap_or_default()
     );
     out
 }
