@@ -1,8 +1,6 @@
 //! Fault tests on `kaji lab up --ha` (3 etcd members, 3 apiservers, 2 schedulers and 2
 //! controller managers): kill -9 parts of the control plane and check what a user would notice.
 //! Failover *times* are benchmarks (docs/benchmarks.md); these tests assert that it happens.
-//! Ignored until they have been run through on this machine (`cargo test -p kaji-e2e --test ha
-//! -- --ignored`): written, built and linted, not yet run end to end.
 
 use kaji_e2e::{wait_for, Lab, Value};
 use std::collections::BTreeSet;
@@ -69,7 +67,6 @@ fn watch_added(port: u16, rv: &str, seen: Arc<Mutex<Vec<String>>>) {
 }
 
 #[test]
-#[ignore = "not yet run end to end; run with --ignored"]
 fn killing_the_etcd_leader_loses_no_acknowledged_write_and_no_watch_event() {
     let lab = Lab::up_with(1, &["--ha", "--no-demo"]);
     let port = lab.port;
@@ -170,7 +167,6 @@ fn holder(lab: &Lab, lease: &str) -> String {
 }
 
 #[test]
-#[ignore = "not yet run end to end; run with --ignored"]
 fn losing_an_apiserver_or_a_leader_is_carried_through() {
     let lab = Lab::up_with(1, &["--ha", "--no-demo"]);
     // The kubernetes Service lists all three apiservers.
