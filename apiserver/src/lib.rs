@@ -213,13 +213,14 @@ fn spawn_endpoint_reconciler(
                 _ = tick.tick() => {}
                 _ = async { let _ = shutdown.wait_for(|s| *s).await; } => {
                     let (s, r) = (state.clone(), rec.clone());
-                    let _ = tokio::task::spawn_blocking(move || r.leave(&s.registry)).await;
+                    let _ = tokio::task::spawn_blocking(move || r.leave(s.registry.store.as_ref())).await;
                     return;
                 }
             }
             let (s, r) = (state.clone(), rec.clone());
             let res = tokio::task::spawn_blocking(move || {
-                r.renew(&s.registry).and_then(|()| r.reconcile(&s.registry, false))
+                let store = s.registry.store.as_ref();
+                r.renew(store).and_then(|()| r.reconcile(store, false))
             });
             match res.await {
                 Ok(Ok(())) => {}

@@ -9,8 +9,8 @@
 //! deletes its lease and takes itself out at once; a crashed apiserver drops out when its lease
 //! expires (`LEASE_SECONDS`, Kubernetes' `--endpoint-reconciler` TTL of 15 s).
 
-use crate::registry::{encode_for_store, meta, Registry};
-use crate::storage;
+use crate::registry::{encode_for_store, meta};
+use crate::storage::{self, Store};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -108,50 +108,55 @@ impl Reconciler {
     }
 
     /// Renew (or take) this apiserver's lease.
-    pub fn renew(&self, reg: &Registry) -> storage::Result<()> {
+    pub fn renew(&self, store: &dyn Store) -> storage::Result<()> {
         let key = lease_key(&self.id);
         let now = meta::now();
-        let bytes = |v: &Value| encode_for_store(v).map_err(|e| storage::Error::Backend(format!("{e:?}")));
-        match reg.store.get(&key)? {
+        match store.get(&key)? {
             Some(kv) => {
                 let old: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
                 let old = old.is_object().then_some(old);
-                reg.store.update(&key, &bytes(&self.lease(now, old.as_ref()))?, kv.mod_revision)?;
+                store.update(&key, &encode(&self.lease(now, old.as_ref()))?, kv.mod_revision)?;
             }
             None => {
-                reg.store.create(&key, &bytes(&self.lease(now, None))?)?;
+                store.create(&key, &encode(&self.lease(now, None))?)?;
             }
         }
         Ok(())
     }
 
-    /// Set the `kubernetes` Endpoints to the live apiservers (`without` this one on shutdown).
-    pub fn reconcile(&self, reg: &Registry, without_self: bool) -> storage::Result<()> {
-        let info = kaji_api::resources::by_kind("Lease").expect("leases are served");
-        let (items, _) = reg.store.list(&info.namespace_prefix(Some("kube-system")))?;
-        let leases: Vec<Value> = items.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
-        let mut addrs = live_addresses(&leases, meta::now());
-        if without_self {
-            addrs.retain(|a| *a != self.advertise);
-        } else if !addrs.contains(&self.advertise) {
-            addrs.push(self.advertise);
-            addrs.sort();
-        }
-        let want = subsets(&addrs);
+    /// Set the `kubernetes` Endpoints to the live apiservers (`without_self` on shutdown).
+    ///
+    /// As Kubernetes' lease reconciler: read the Endpoints first, then the leases, and write
+    /// with the Endpoints' revision. A write from a view of the leases older than another
+    /// apiserver's then conflicts instead of undoing it, and a retry reads both again.
+    pub fn reconcile(&self, store: &dyn Store, without_self: bool) -> storage::Result<()> {
         let ep_key =
             kaji_api::resources::by_kind("Endpoints").expect("endpoints are served").key(Some("default"), "kubernetes");
-        // A few tries: other apiservers write the same object.
+        let info = kaji_api::resources::by_kind("Lease").expect("leases are served");
         for _ in 0..5 {
-            let Some(kv) = reg.store.get(&ep_key)? else { return Ok(()) };
+            let Some(kv) = store.get(&ep_key)? else { return Ok(()) };
             let mut cur: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-            if cur.get("subsets") == Some(&want) || !cur.is_object() {
+            if !cur.is_object() {
                 return Ok(());
             }
-            cur["subsets"] = want.clone();
-            let bytes = encode_for_store(&cur).map_err(|e| storage::Error::Backend(format!("{e:?}")))?;
-            match reg.store.update(&ep_key, &bytes, kv.mod_revision) {
+            let (items, _) = store.list(&info.namespace_prefix(Some("kube-system")))?;
+            let leases: Vec<Value> = items.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
+            let mut addrs = live_addresses(&leases, meta::now());
+            if without_self {
+                addrs.retain(|a| *a != self.advertise);
+            } else if !addrs.contains(&self.advertise) {
+                addrs.push(self.advertise);
+                addrs.sort();
+            }
+            let want = subsets(&addrs);
+            if cur.get("subsets") == Some(&want) {
+                return Ok(());
+            }
+            cur["subsets"] = want;
+            match store.update(&ep_key, &encode(&cur)?, kv.mod_revision) {
                 Ok(_) => return Ok(()),
-                Err(storage::Error::Conflict { .. }) => continue,
+                // Another apiserver wrote them meanwhile: read both again.
+                Err(storage::Error::Conflict { .. } | storage::Error::NotFound(_)) => continue,
                 Err(e) => return Err(e),
             }
         }
@@ -159,14 +164,18 @@ impl Reconciler {
     }
 
     /// Shutdown: give the lease up and leave the Endpoints.
-    pub fn leave(&self, reg: &Registry) {
-        if let Err(e) = reg.store.delete(&lease_key(&self.id), None) {
+    pub fn leave(&self, store: &dyn Store) {
+        if let Err(e) = store.delete(&lease_key(&self.id), None) {
             tracing::debug!(error = %e, "apiserver lease already gone");
         }
-        if let Err(e) = self.reconcile(reg, true) {
+        if let Err(e) = self.reconcile(store, true) {
             tracing::warn!(error = %e, "could not take this apiserver out of the kubernetes Endpoints");
         }
     }
+}
+
+fn encode(v: &Value) -> storage::Result<Vec<u8>> {
+    encode_for_store(v).map_err(|e| storage::Error::Backend(format!("{e:?}")))
 }
 
 #[cfg(test)]
@@ -203,5 +212,43 @@ mod tests {
         assert_eq!(identity(addrs[0]), identity("10.0.0.1:6443".parse().expect("addr")), "stable");
         assert_ne!(identity(addrs[0]), identity(addrs[1]));
         assert_eq!(micro_time(jiff::Timestamp::from_second(0).expect("t")), "1970-01-01T00:00:00.000000Z");
+    }
+
+    fn endpoints_ports(store: &dyn Store) -> Vec<u64> {
+        let key =
+            kaji_api::resources::by_kind("Endpoints").expect("endpoints are served").key(Some("default"), "kubernetes");
+        let ep: Value = serde_json::from_slice(&store.get(&key).expect("get").expect("there").value).expect("json");
+        ep["subsets"].as_array().expect("subsets").iter().filter_map(|s| s["ports"][0]["port"].as_u64()).collect()
+    }
+
+    #[test]
+    fn apiservers_on_one_store_list_each_other_and_leave_on_shutdown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::storage::redb::RedbStore::open(dir.path()).expect("open");
+        let key =
+            kaji_api::resources::by_kind("Endpoints").expect("endpoints are served").key(Some("default"), "kubernetes");
+        let first = json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+                           "subsets": subsets(&["172.30.0.1:7001".parse().expect("addr")])});
+        store.create(&key, &encode(&first).expect("encode")).expect("create");
+        let recs: Vec<Reconciler> =
+            (7001..=7003).map(|p| Reconciler::new(format!("172.30.0.1:{p}").parse().expect("addr"))).collect();
+        // Each renews its lease and reconciles from its own view, in start order and again:
+        // the last writer of the first round saw every lease; the second round changes nothing.
+        for r in &recs {
+            r.renew(&store).expect("renew");
+            r.reconcile(&store, false).expect("reconcile");
+        }
+        assert_eq!(endpoints_ports(&store), [7001, 7002, 7003]);
+        let rev = store.current_revision();
+        for r in &recs {
+            r.reconcile(&store, false).expect("reconcile");
+        }
+        assert_eq!(store.current_revision(), rev, "a settled reconcile writes nothing");
+        recs[1].leave(&store);
+        assert_eq!(endpoints_ports(&store), [7001, 7003]);
+        // The first one's next round does not bring the gone one back.
+        recs[0].renew(&store).expect("renew");
+        recs[0].reconcile(&store, false).expect("reconcile");
+        assert_eq!(endpoints_ports(&store), [7001, 7003]);
     }
 }

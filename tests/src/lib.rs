@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 pub use serde_json::{json, Value};
 
+pub mod ha;
+
 /// A running lab in a temp dir; `kaji lab down --purge` runs on drop if the test did not.
 pub struct Lab {
     pub dir: PathBuf,

@@ -1,54 +1,17 @@
 //! Fault tests on `kaji lab up --ha` (3 etcd members, 3 apiservers, 2 schedulers and 2
 //! controller managers): kill -9 parts of the control plane and check what a user would notice.
 //! Failover *times* are benchmarks (docs/benchmarks.md); these tests assert that it happens.
-//! Ignored until they have been run through on this machine (`cargo test -p kaji-e2e --test ha
-//! -- --ignored`): written, built and linted, not yet run end to end.
 
+use kaji_e2e::ha::{etcd_leader, holder, http, leader_instance};
 use kaji_e2e::{wait_for, Lab, Value};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const WRITERS: usize = 16;
-
-/// One HTTP/1.1 request through the lab's forwarder; (status, body). 0 = no answer.
-fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, String::new()) };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if s.write_all(req.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
-}
-
-/// The index (1-based) of the etcd member that leads now, asked inside the lab namespace.
-fn etcd_leader(lab: &Lab) -> Result<u8, String> {
-    let eps = "http://127.0.0.1:2379,http://127.0.0.1:2389,http://127.0.0.1:2399";
-    let out = lab.in_lab_netns("etcdctl", &["--endpoints", eps, "endpoint", "status", "-w", "json"]);
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("etcdctl: {e}"))?;
-    for st in v.as_array().ok_or("not a list")? {
-        let member = st.pointer("/Status/header/member_id").and_then(Value::as_u64);
-        if member.is_some() && member == st.pointer("/Status/leader").and_then(Value::as_u64) {
-            let ep = st.get("Endpoint").and_then(Value::as_str).unwrap_or_default();
-            return Ok(match ep {
-                e if e.ends_with(":2379") => 1,
-                e if e.ends_with(":2389") => 2,
-                _ => 3,
-            });
-        }
-    }
-    Err("no leader".into())
-}
 
 /// Follow a watch on ConfigMaps from `rv`; every object name of an ADDED event, in order.
 fn watch_added(port: u16, rv: &str, seen: Arc<Mutex<Vec<String>>>) {
@@ -69,7 +32,6 @@ fn watch_added(port: u16, rv: &str, seen: Arc<Mutex<Vec<String>>>) {
 }
 
 #[test]
-#[ignore = "not yet run end to end; run with --ignored"]
 fn killing_the_etcd_leader_loses_no_acknowledged_write_and_no_watch_event() {
     let lab = Lab::up_with(1, &["--ha", "--no-demo"]);
     let port = lab.port;
@@ -148,29 +110,7 @@ fn killing_the_etcd_leader_loses_no_acknowledged_write_and_no_watch_event() {
     });
 }
 
-/// Which instance of `prefix` (scheduler / controller-manager) holds `lease`: the one whose log
-/// says it acquired the lease under the identity the Lease names now.
-fn leader_instance(lab: &Lab, prefix: &str, lease: &str) -> Result<(String, String), String> {
-    let h = holder(lab, lease);
-    if h.is_empty() {
-        return Err(format!("{lease} has no holder"));
-    }
-    (1..=2)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|name| {
-            let log = std::fs::read_to_string(lab.dir.join(format!("{name}.log"))).unwrap_or_default();
-            log.lines().any(|l| l.contains("acquired the lease") && l.contains(&h))
-        })
-        .map(|name| (name, h.clone()))
-        .ok_or_else(|| format!("no {prefix} instance logged acquiring {lease} as {h}"))
-}
-
-fn holder(lab: &Lab, lease: &str) -> String {
-    lab.get_json(&["lease", "-n", "kube-system", lease])["spec"]["holderIdentity"].as_str().unwrap_or("").to_string()
-}
-
 #[test]
-#[ignore = "not yet run end to end; run with --ignored"]
 fn losing_an_apiserver_or_a_leader_is_carried_through() {
     let lab = Lab::up_with(1, &["--ha", "--no-demo"]);
     // The kubernetes Service lists all three apiservers.

@@ -275,18 +275,118 @@ pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr, endpoint_leas
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
         "subsets": [{"addresses": [{"ip": advertise.ip().to_string()}],
                      "ports": [{"name": "https", "port": advertise.port(), "protocol": "TCP"}]}]}));
-    match reg.store.get(&ep_key).map_err(ApiError::internal)? {
-        None => {
-            reg.store.create(&ep_key, &encode_for_store(&ep)?).map_err(ApiError::internal)?;
-        }
-        Some(_) if endpoint_leases => {}
-        Some(kv) => {
-            let mut cur: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
-            if cur.get("subsets") != ep.get("subsets") {
+    ensure_endpoints(reg.store.as_ref(), &ep_key, &ep, endpoint_leases).map_err(ApiError::internal)
+}
+
+/// Create the `kubernetes` Endpoints as `ep`, or (without `endpoint_leases`) set their subsets
+/// to `ep`'s. Apiservers sharing a store bootstrap at the same moment: a write that lost the race
+/// (already there, conflict) reads the object again and decides anew, as Kubernetes' bootstrap
+/// controller does — losing it must never stop an apiserver.
+pub fn ensure_endpoints(
+    store: &dyn crate::storage::Store,
+    key: &str,
+    ep: &Value,
+    endpoint_leases: bool,
+) -> crate::storage::Result<()> {
+    use crate::storage::Error;
+    let encode = |v: &Value| encode_for_store(v).map_err(|e| Error::Backend(format!("{e:?}")));
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let res = match store.get(key)? {
+            None => store.create(key, &encode(ep)?).map(drop),
+            // Other apiservers are in them too: the lease reconciler keeps them.
+            Some(_) if endpoint_leases => return Ok(()),
+            Some(kv) => {
+                let mut cur: Value = serde_json::from_slice(&kv.value).map_err(|e| Error::Backend(e.to_string()))?;
+                if cur.get("subsets") == ep.get("subsets") {
+                    return Ok(());
+                }
                 cur["subsets"] = ep["subsets"].clone();
-                reg.store.update(&ep_key, &encode_for_store(&cur)?, kv.mod_revision).map_err(ApiError::internal)?;
+                store.update(key, &encode(&cur)?, kv.mod_revision).map(drop)
             }
+        };
+        match res {
+            Err(Error::AlreadyExists(_) | Error::Conflict { .. } | Error::NotFound(_)) if tries < 10 => continue,
+            other => return other,
         }
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{redb::RedbStore, KeyValue, Result, Store, StoreSize, WatchStream};
+
+    /// A store whose first read of a missing key comes just before another apiserver creates it.
+    struct RacedStore {
+        inner: RedbStore,
+        other: Value,
+        raced: std::sync::atomic::AtomicBool,
+    }
+
+    impl Store for RacedStore {
+        fn current_revision(&self) -> u64 {
+            self.inner.current_revision()
+        }
+        fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+            let got = self.inner.get(key)?;
+            if got.is_none() && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                self.inner.create(key, &encode_for_store(&self.other).expect("encode"))?;
+            }
+            Ok(got)
+        }
+        fn list(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
+            self.inner.list(prefix)
+        }
+        fn create(&self, key: &str, value: &[u8]) -> Result<u64> {
+            self.inner.create(key, value)
+        }
+        fn update(&self, key: &str, value: &[u8], expected: u64) -> Result<u64> {
+            self.inner.update(key, value, expected)
+        }
+        fn delete(&self, key: &str, expected: Option<u64>) -> Result<(u64, KeyValue)> {
+            self.inner.delete(key, expected)
+        }
+        fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
+            self.inner.watch(prefix, after)
+        }
+        fn compact(&self, revision: u64) -> Result<()> {
+            self.inner.compact(revision)
+        }
+        fn compacted_revision(&self) -> u64 {
+            self.inner.compacted_revision()
+        }
+        fn size(&self) -> Option<StoreSize> {
+            None
+        }
+    }
+
+    fn endpoints(port: u16) -> Value {
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
+               "subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"name": "https", "port": port}]}]})
+    }
+
+    fn stored(store: &dyn Store, key: &str) -> Value {
+        serde_json::from_slice(&store.get(key).expect("get").expect("there").value).expect("json")
+    }
+
+    #[test]
+    fn an_apiserver_that_loses_the_bootstrap_race_carries_on() {
+        let key = "/registry/services/endpoints/default/kubernetes";
+        for leases in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = RacedStore {
+                inner: RedbStore::open(dir.path()).expect("open"),
+                other: endpoints(6443),
+                raced: false.into(),
+            };
+            ensure_endpoints(&store, key, &endpoints(7443), leases).expect("losing the race is no error");
+            let ep = stored(&store.inner, key);
+            // With leases the winner's object stays (the lease reconciler merges); without,
+            // the single apiserver's own address replaces it.
+            let want = if leases { 6443 } else { 7443 };
+            assert_eq!(ep["subsets"][0]["ports"][0]["port"], want, "leases: {leases}");
+        }
+    }
 }

@@ -128,6 +128,8 @@ impl Cluster {
 
     fn start_with(dir: &Path, n: usize, tied: bool) -> anyhow::Result<Self> {
         anyhow::ensure!(n > 0, "a cluster needs a member");
+        // Each member's data dir and log go under `dir` (the apiserver bench names one to make).
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let peers: Vec<(String, String)> =
             ports.iter().enumerate().map(|(i, (_, p))| (format!("m{i}"), format!("http://127.0.0.1:{p}"))).collect();

@@ -36,6 +36,9 @@ pub struct Lab {
 pub const ETCD_MEMBERS: u8 = 3;
 /// Apiservers of an HA lab, and instances of the scheduler and the controller manager.
 pub const HA_APISERVERS: u8 = 3;
+/// kube-controller-manager's and kube-scheduler's /healthz and /metrics ports (the defaults).
+const CONTROLLER_MANAGER_PORT: u16 = 10257;
+const SCHEDULER_PORT: u16 = 10259;
 pub const HA_ELECTED: u8 = 2;
 
 /// A process the lab runs: `binary` (a file beside `kaji`) with `args`, inside network namespace
@@ -272,14 +275,22 @@ impl Lab {
                 args: argv(&["serve", &self.dir.join("registry/config.yml").to_string_lossy()]),
             },
         ]);
-        let instances: Vec<(String, Vec<String>)> = if self.ha {
-            (1..=HA_ELECTED).map(|i| (format!("-{i}"), argv(&["--leader-elect"]))).collect()
+        // With --ha, instance i: its own /healthz and /metrics port (they share one namespace).
+        let instances: Vec<(String, u16)> = if self.ha {
+            (1..=HA_ELECTED).map(|i| (format!("-{i}"), 10 * u16::from(i - 1))).collect()
         } else {
-            vec![(String::new(), Vec::new())]
+            vec![(String::new(), 0)]
         };
-        for (suffix, extra) in &instances {
+        let elected = |default_port: u16, offset: u16| {
+            if self.ha {
+                argv(&["--leader-elect", "--metrics-port", &(default_port + offset).to_string()])
+            } else {
+                Vec::new()
+            }
+        };
+        for (suffix, offset) in &instances {
             let mut args = argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]);
-            args.extend(extra.iter().cloned());
+            args.extend(elected(CONTROLLER_MANAGER_PORT, *offset));
             all.push(Component {
                 name: format!("controller-manager{suffix}"),
                 binary: "kaji-controller-manager".into(),
@@ -287,9 +298,9 @@ impl Lab {
                 args,
             });
         }
-        for (suffix, extra) in &instances {
+        for (suffix, offset) in &instances {
             let mut args = argv(&["--master", &local]);
-            args.extend(extra.iter().cloned());
+            args.extend(elected(SCHEDULER_PORT, *offset));
             all.push(Component {
                 name: format!("scheduler{suffix}"),
                 binary: "kaji-scheduler".into(),
@@ -407,7 +418,15 @@ mod tests {
         ));
         assert!(args("etcd-2").contains("--initial-cluster etcd-1=http://127.0.0.1:2380,etcd-2=http://127.0.0.1:2390"));
         assert!(args("forward").contains("--to 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"));
-        assert!(args("scheduler-2").ends_with("--leader-elect"));
+        // The elected pairs share the lab namespace: each instance its own /healthz port.
+        let ports: Vec<String> = ["controller-manager-1", "controller-manager-2", "scheduler-1", "scheduler-2"]
+            .iter()
+            .map(|n| {
+                assert!(args(n).contains("--leader-elect"), "{n}");
+                args(n).split("--metrics-port ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or("").to_string()
+            })
+            .collect();
+        assert_eq!(ports, ["10257", "10267", "10259", "10269"]);
         assert!(
             args("agent-1").contains("--master http://172.30.0.1:7001,http://172.30.0.1:7002,http://172.30.0.1:7003")
         );

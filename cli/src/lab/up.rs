@@ -4,7 +4,7 @@
 use super::topology::{self, Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY};
 use super::{demo, deps, image, net, procs, registry, step, State};
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Endpoints, Node};
 use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,10 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
     // On etcd the apiservers answer once the members have elected a leader: give it longer.
     let api_timeout = Duration::from_secs(if lab.ha { 90 } else { 30 });
     step("waiting for the API", wait_ready(&client, api_timeout)).await?;
+    if lab.ha {
+        let what = format!("waiting for the {} apiservers to join the kubernetes Endpoints", topology::HA_APISERVERS);
+        step(&what, wait_apiservers(&client, lab.apiserver_ports().collect())).await?;
+    }
     let kubeconfig = lab.dir.join("kubeconfig");
     step("writing kubeconfig", async {
         std::fs::write(&kubeconfig, kubeconfig_text(&lab.server())).context("cannot write kubeconfig")
@@ -94,6 +98,7 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         let what = "waiting for the demo pods, one per node";
         step(what, demo::wait_spread(&client, lab.nodes, Duration::from_secs(120))).await?;
     }
+    step("checking that every component still runs", async { all_running(state) }).await?;
     let dir = lab.dir.display();
     let dir_flag =
         if lab.dir == std::path::Path::new(super::DEFAULT_DIR) { String::new() } else { format!(" --dir {dir}") };
@@ -155,6 +160,22 @@ async fn spawn(state: &State, name: &str) -> Result<()> {
     procs::spawn(&state.lab.dir, c).map(drop)
 }
 
+/// A component that started and then exited (a port taken, a failed bootstrap) fails `up`
+/// instead of leaving a lab that only looks up.
+fn all_running(state: &State) -> Result<()> {
+    let dead: Vec<String> = state
+        .components
+        .iter()
+        .filter(|c| procs::running(&state.lab.dir, c).is_none())
+        .map(|c| format!("{} (see {})", c.name, procs::log_file(&state.lab.dir, &c.name).display()))
+        .collect();
+    if dead.is_empty() {
+        Ok(())
+    } else {
+        bail!("exited after starting: {}", dead.join(", "))
+    }
+}
+
 /// `kaji lab restart <component>`: stop it (if running) and start it as `up` did.
 pub fn restart(state: &State, name: &str) -> Result<()> {
     let c = state.component(name)?;
@@ -201,6 +222,35 @@ async fn wait_ready(client: &kube::Client, timeout: Duration) -> Result<()> {
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
+    }
+}
+
+/// Every apiserver listed in the `kubernetes` Endpoints (its lease reconciler runs, so it is
+/// up and on the shared store); one that died starting is named.
+async fn wait_apiservers(client: &kube::Client, ports: Vec<u16>) -> Result<()> {
+    let eps = Api::<Endpoints>::namespaced(client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed: Vec<i32> = eps
+            .get_opt("kubernetes")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|e| e.subsets)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten().map(|p| p.port))
+            .collect();
+        let missing: Vec<usize> =
+            (1..).zip(&ports).filter(|(_, p)| !listed.contains(&i32::from(**p))).map(|(i, _)| i).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = missing.iter().map(|i| format!("apiserver-{i}.log")).collect();
+            bail!("apiserver(s) {missing:?} not in the kubernetes Endpoints after 60s (see {})", logs.join(", "));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
