@@ -1,10 +1,11 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
-//! node lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA
+//! DaemonSet, Job, CronJob, TTL-after-finished, node lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA
 //! publisher and ClusterRole aggregation loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod clusterroleaggregation;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -32,7 +33,7 @@ use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount};
@@ -244,6 +245,11 @@ async fn controllers(
     let mut cron_jobs = Informer::<CronJob>::new(Api::all(client.clone()));
     let cj_ctx = Arc::new(cronjob::Ctx::new(shared(), cron_jobs.store(), jobs.store()));
     let cj_triggers = (cron_jobs.subscribe(), jobs.subscribe());
+    let mut daemon_sets = Informer::<DaemonSet>::new(Api::all(client.clone()));
+    let mut revisions = Informer::<ControllerRevision>::new(Api::all(client.clone()));
+    let ds_ctx =
+        Arc::new(daemonset::Ctx::new(shared(), daemon_sets.store(), pods.store(), nodes.store(), revisions.store()));
+    let ds_triggers = (daemon_sets.subscribe(), pods.subscribe(), nodes.subscribe(), revisions.subscribe());
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
@@ -251,6 +257,7 @@ async fn controllers(
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
         let (j, cj) = (jobs.store(), cron_jobs.store());
+        let (dss, crs) = (daemon_sets.store(), revisions.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -266,6 +273,8 @@ async fn controllers(
                 && cr.wait_until_ready().await.is_ok()
                 && j.wait_until_ready().await.is_ok()
                 && cj.wait_until_ready().await.is_ok()
+                && dss.wait_until_ready().await.is_ok()
+                && crs.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -283,6 +292,8 @@ async fn controllers(
     cluster_roles.spawn(stop.clone());
     jobs.spawn(stop.clone());
     cron_jobs.spawn(stop.clone());
+    daemon_sets.spawn(stop.clone());
+    revisions.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     // A stop while the caches sync ends their watches too: check the stop first so a manager
     // stopped early shuts down cleanly instead of reporting a cache failure.
@@ -338,6 +349,7 @@ async fn controllers(
         ),
         ttl::run(ttl_ctx, ttl_triggers, stopped(stop.clone())),
         cronjob::run(cj_ctx, cj_triggers.0, cj_triggers.1, stopped(stop.clone())),
+        daemonset::run(ds_ctx, ds_triggers.0, ds_triggers.1, ds_triggers.2, ds_triggers.3, stopped(stop.clone())),
     );
     Ok(())
 }
