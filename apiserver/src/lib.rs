@@ -4,6 +4,7 @@ pub mod admission;
 pub mod agent_client;
 pub mod auth;
 pub mod cache;
+pub mod event_ttl;
 pub mod fieldmanager;
 pub mod http;
 pub mod metrics;
@@ -41,6 +42,8 @@ pub struct Config {
     /// everything older than the previous one, as kube-apiserver's compactor does).
     pub event_history: u64,
     pub compaction_interval: Duration,
+    /// How long an Event lives after its last write (`--event-ttl`); zero keeps them forever.
+    pub event_ttl: Duration,
     /// How long connecting to a node's agent and waiting for its answer to begin may take.
     pub agent_timeout: Duration,
     /// Who may authenticate how.
@@ -68,6 +71,7 @@ impl Config {
             watch_cache_size: 10_000,
             event_history: 100_000,
             compaction_interval: Duration::from_secs(60),
+            event_ttl: Duration::from_secs(3600),
             agent_timeout: Duration::from_secs(10),
             authentication: auth::authn::Config::default(),
             authorization_modes: vec![auth::AuthorizationMode::AlwaysAllow],
@@ -154,6 +158,9 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
     spawn_allocator_repair(state.clone(), shutdown.clone());
+    // A tick of a tenth of the TTL (at most a minute): Events outlive it by at most that much.
+    let sweep = (config.event_ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    event_ttl::spawn(store.clone(), config.event_ttl, sweep, shutdown.clone());
     let peers = config.endpoint_leases.then(|| spawn_endpoint_reconciler(state.clone(), advertise, shutdown.clone()));
     let app = http::router(state).into_make_service_with_connect_info::<http::pipeline::Peer>();
     let mut sd = shutdown.clone();

@@ -82,6 +82,10 @@ struct Args {
     /// the history older than the previous one (so at most two compaction intervals are kept).
     #[arg(long, default_value_t = 100_000)]
     event_history: u64,
+    /// How long Events are kept after their last write, like kube-apiserver's flag (1h0m0s,
+    /// 30m, 3600); 0 keeps them forever.
+    #[arg(long, default_value = "1h0m0s")]
+    event_ttl: String,
     /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).
     #[arg(long, default_value_t = 10)]
     agent_timeout: u64,
@@ -170,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
         Some(t) => t == "lease",
         None => args.storage == StorageKind::Etcd,
     };
+    config.event_ttl = parse_duration(&args.event_ttl).context("--event-ttl")?;
     if let Some(i) = &args.etcd_compaction_interval {
         config.compaction_interval = parse_duration(i).context("--etcd-compaction-interval")?;
     }
