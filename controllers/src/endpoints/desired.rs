@@ -55,6 +55,16 @@ fn members<'a>(svc: &Service, pods: &'a [Pod]) -> Vec<Member<'a>> {
     out
 }
 
+/// The pod's hostname as its endpoint's DNS name: set when the pod names this Service as its
+/// subdomain (Kubernetes' endpoint controllers' rule; what StatefulSet pods do with their
+/// governing headless Service), so DNS serves `<hostname>.<svc>.<ns>.svc.<zone>`.
+fn endpoint_hostname(svc: &Service, pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let hostname = spec.hostname.as_deref().filter(|h| !h.is_empty())?;
+    let names_this_service = spec.subdomain.as_deref() == svc.metadata.name.as_deref();
+    (names_this_service && pod.metadata.namespace == svc.metadata.namespace).then(|| hostname.to_string())
+}
+
 fn publish_not_ready(svc: &Service) -> bool {
     svc.spec.as_ref().and_then(|s| s.publish_not_ready_addresses).unwrap_or(false)
 }
@@ -156,9 +166,9 @@ pub fn desired_endpoints(svc: &Service, pods: &[Pod]) -> Endpoints {
             for m in members {
                 let addr = EndpointAddress {
                     ip: m.ip,
+                    hostname: endpoint_hostname(svc, m.pod),
                     node_name: m.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                     target_ref: Some(target_ref(m.pod)),
-                    ..EndpointAddress::default()
                 };
                 if publish || (m.ready && !m.terminating) {
                     ready.push(addr);
@@ -237,6 +247,7 @@ pub fn desired_slices(svc: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
                 .filter(|m| !m.ip.contains(':'))
                 .map(|m| discovery::Endpoint {
                     addresses: vec![m.ip],
+                    hostname: endpoint_hostname(svc, m.pod),
                     conditions: Some(EndpointConditions {
                         ready: Some(publish || (m.ready && !m.terminating)),
                         serving: Some(m.ready),
@@ -430,6 +441,30 @@ mod tests {
         assert_eq!(slice.ports.as_ref().expect("ports")[0].name.as_deref(), Some(""), "as Kubernetes writes it");
         let h2 = &desired_slices(&services[2], &pods)[0].ports.clone().expect("ports")[0];
         assert_eq!(h2.app_protocol.as_deref(), Some("kubernetes.io/h2c"));
+    }
+
+    #[test]
+    fn pods_naming_the_service_as_subdomain_publish_their_hostname() {
+        let with = |hostname: Option<&str>, subdomain: Option<&str>| {
+            let mut p = pod("web-0", Some("10.0.0.1"), true);
+            let spec = p.spec.as_mut().expect("spec");
+            spec.hostname = hostname.map(str::to_string);
+            spec.subdomain = subdomain.map(str::to_string);
+            p
+        };
+        let cases = [
+            ("hostname and subdomain = the service", with(Some("web-0"), Some("web")), Some("web-0")),
+            ("another subdomain", with(Some("web-0"), Some("other")), None),
+            ("no subdomain", with(Some("web-0"), None), None),
+            ("no hostname", with(None, Some("web")), None),
+        ];
+        for (name, p, want) in cases {
+            let slice = &desired_slices(&svc(json!({})), std::slice::from_ref(&p))[0];
+            assert_eq!(slice.endpoints[0].hostname.as_deref(), want, "{name}: slice");
+            let ep = desired_endpoints(&svc(json!({})), &[p]);
+            let addr = &ep.subsets.expect("subset")[0].addresses.clone().expect("addresses")[0];
+            assert_eq!(addr.hostname.as_deref(), want, "{name}: endpoints");
+        }
     }
 
     #[test]
