@@ -76,10 +76,15 @@ impl AgentClient {
     pub fn new(timeout: Duration, tls: Option<tokio_rustls::rustls::ClientConfig>) -> Self {
         let tls = tls.map(Arc::new);
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        // hyper-rustls sets ALPN itself (from enable_http1) and refuses a config that has it.
+        let pooled = |mut c: tokio_rustls::rustls::ClientConfig| {
+            c.alpn_protocols.clear();
+            c
+        };
         let conn = match &tls {
-            Some(config) => builder.with_tls_config((**config).clone()).https_only(),
+            Some(config) => builder.with_tls_config(pooled((**config).clone())).https_only(),
             None => builder
-                .with_tls_config(kaji_pki::tls::unverified_client_config(None).expect("a config without files"))
+                .with_tls_config(pooled(kaji_pki::tls::unverified_client_config(None).expect("a config without files")))
                 .https_or_http(),
         }
         .enable_http1()
