@@ -28,7 +28,7 @@ impl Secure {
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, "alice-token,alice,1001,dev\n").expect("token file");
         let tokens = tokens.to_string_lossy().to_string();
-        let extra = ["--authorization-mode", "AlwaysDeny", "--token-auth-file", &tokens];
+        let extra = ["--authorization-mode", "RBAC", "--token-auth-file", &tokens];
         let server = ApiServer::start_secure(&dir.path().join("data"), &pki, &extra);
         Secure { server, pki, ca, dir }
     }
