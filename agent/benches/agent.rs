@@ -217,6 +217,7 @@ async fn run() -> anyhow::Result<()> {
             .arg("--")
             .arg(AGENT)
             .args(["--master", &url, "--node-name", &node, "--node-ip", "127.0.0.1", "--port", "0"])
+            .args(["--healthz-port", "0"])
             .arg("--root-dir")
             .arg(&root_dir)
             .args(["--cgroup-parent", &cgroup_parent, "--eviction-hard", "nodefs.available<0%"])

@@ -210,12 +210,67 @@ pub fn router(m: Manager) -> Router {
         .with_state(m)
 }
 
-/// Serves until `stop` turns true.
-pub async fn serve(listener: TcpListener, m: Manager, mut stop: watch::Receiver<bool>) {
+/// The agent's serving certificate and the CA its clients' certificates must chain to.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    pub client_ca_file: std::path::PathBuf,
+}
+
+impl Tls {
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, kaji_pki::Error> {
+        let ca_pem = kaji_pki::files::read(&self.client_ca_file)?;
+        kaji_pki::tls::server_config(
+            &kaji_pki::files::read(&self.cert_file)?,
+            &kaji_pki::files::read(&self.key_file)?,
+            &kaji_pki::tls::ClientAuth::Optional { ca_pem },
+        )
+    }
+}
+
+/// kubelet's healthz port (10248): `/healthz` over plain HTTP, nothing else, until `stop`.
+pub async fn serve_healthz(listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let app = Router::new().route("/healthz", get(healthz));
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    if let Err(e) = axum::serve(listener, router(m)).with_graceful_shutdown(shutdown).await {
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        tracing::error!(error = %e, "healthz server failed");
+    }
+}
+
+/// Serves until `stop` turns true: HTTPS with kubelet's x509 authorization when `tls` is set
+/// (the config is built before, so a bad certificate fails the start), plain HTTP otherwise.
+pub async fn serve(
+    listener: TcpListener,
+    m: Manager,
+    tls: Option<rustls::ServerConfig>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let result = match tls {
+        None => {
+            let app = router(m).into_make_service_with_connect_info::<kaji_pki::listener::Peer>();
+            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+        }
+        Some(config) => {
+            let listener = match kaji_pki::listener::TlsListener::new(listener, config) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %e, "agent server failed");
+                    return;
+                }
+            };
+            let app = router(m)
+                .layer(axum::middleware::from_fn(crate::auth::filter))
+                .into_make_service_with_connect_info::<kaji_pki::listener::Peer>();
+            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+        }
+    };
+    if let Err(e) = result {
         tracing::error!(error = %e, "agent server failed");
     }
 }

@@ -3,6 +3,7 @@
 //! and serves logs, stats and health on its port.
 
 pub mod attach;
+pub mod auth;
 pub mod cgroup;
 pub mod dns;
 pub mod env;
@@ -38,6 +39,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("the agent's TLS setup: {0}")]
+    Tls(#[from] kaji_pki::Error),
     #[error("failed to prepare {path}")]
     Dir {
         path: PathBuf,
@@ -80,6 +83,10 @@ pub struct Config {
     pub shim_binary: PathBuf,
     /// Where /healthz, /metrics, /pods, /containerLogs and /stats/summary are served (port 0 picks one).
     pub server_addr: Option<SocketAddr>,
+    /// Serve `server_addr` over HTTPS, letting only the apiserver's identity past /healthz.
+    pub server_tls: Option<http::Tls>,
+    /// kubelet's healthz port: plain-HTTP /healthz only, for probes that hold no certificate.
+    pub healthz_addr: Option<SocketAddr>,
     /// Subtracted from the measured capacity to give allocatable.
     pub reserved: node::Reserved,
     /// Thresholds below which the node reports memory, disk or PID pressure.
@@ -117,6 +124,8 @@ impl Config {
             backend: Backend::Native,
             shim_binary: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("kaji-agent")),
             server_addr: None,
+            healthz_addr: None,
+            server_tls: None,
             reserved: node::Reserved::default(),
             eviction_hard: node::Eviction::default(),
             max_pods: 110,
@@ -227,14 +236,19 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
     let manager = pods::Manager::new(client.clone(), config.clone(), images, runtime, metrics.clone(), network.clone());
     let server_addr = match config.server_addr {
         Some(addr) => {
+            let tls = config.server_tls.as_ref().map(http::Tls::server_config).transpose()?;
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
             let bound = listener.local_addr().map_err(|source| Error::Listen { addr, source })?;
-            tokio::spawn(http::serve(listener, manager.clone(), stop_rx.clone()));
+            tokio::spawn(http::serve(listener, manager.clone(), tls, stop_rx.clone()));
             Some(bound)
         }
         None => None,
     };
+    if let Some(addr) = config.healthz_addr {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
+        tokio::spawn(http::serve_healthz(listener, stop_rx.clone()));
+    }
     let mut node_config = (*config).clone();
     if let Some(addr) = server_addr {
         node_config.server_addr = Some(addr);

@@ -71,6 +71,21 @@ struct Args {
     /// Port of the agent server (0 disables it).
     #[arg(long, default_value_t = 10250)]
     port: u16,
+    /// Port of the plain-HTTP /healthz (kubelet's healthz port; 0 disables it).
+    #[arg(long, default_value_t = 10248)]
+    healthz_port: u16,
+    /// Address of the healthz port.
+    #[arg(long, default_value = "127.0.0.1")]
+    healthz_bind_address: IpAddr,
+    /// Serve the agent's port over HTTPS with this certificate (PEM); plain HTTP without it.
+    #[arg(long, requires_all = ["tls_private_key_file", "client_ca_file"])]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Clients of the agent's port must present a certificate from this CA; only the
+    /// apiserver's (kube-apiserver-kubelet-client) or system:masters are let in.
+    #[arg(long, requires = "tls_cert_file")]
+    client_ca_file: Option<PathBuf>,
     #[arg(long, default_value_t = 85)]
     image_gc_high_threshold: u8,
     #[arg(long, default_value_t = 80)]
@@ -279,6 +294,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     config.shim_binary = std::env::current_exe().context("cannot find own executable")?;
     config.server_addr = (args.port != 0).then_some(SocketAddr::new(args.address, args.port));
+    config.healthz_addr =
+        (args.healthz_port != 0).then_some(SocketAddr::new(args.healthz_bind_address, args.healthz_port));
+    if let (Some(cert_file), Some(key_file), Some(client_ca_file)) =
+        (args.tls_cert_file.clone(), args.tls_private_key_file.clone(), args.client_ca_file.clone())
+    {
+        config.server_tls = Some(kaji_agent::http::Tls { cert_file, key_file, client_ca_file });
+    }
     config.reserved = args.reserved.clone();
     config.eviction_hard = args.eviction_hard.clone();
     config.max_pods = args.max_pods;

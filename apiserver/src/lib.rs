@@ -58,6 +58,41 @@ pub struct Config {
     pub endpoint_leases: bool,
     /// `--enable-admission-plugins` (run in Kubernetes' order).
     pub admission_plugins: Vec<admission::Plugin>,
+    /// HTTPS with this certificate (chain) and key; None: plain HTTP, the insecure port.
+    pub tls: Option<Serving>,
+    /// How to reach the nodes' agents: None is plain HTTP (test agents).
+    pub kubelet_tls: Option<KubeletTls>,
+}
+
+/// `--tls-cert-file` and `--tls-private-key-file`.
+#[derive(Debug, Clone)]
+pub struct Serving {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+/// `--kubelet-client-certificate`/`--kubelet-client-key` and `--kubelet-certificate-authority`.
+#[derive(Debug, Clone)]
+pub struct KubeletTls {
+    pub client_cert_file: PathBuf,
+    pub client_key_file: PathBuf,
+    /// Without it the agents' certificates are not verified (kube-apiserver's default).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl KubeletTls {
+    fn client_config(&self) -> anyhow::Result<tokio_rustls::rustls::ClientConfig> {
+        let cert = kaji_pki::files::read(&self.client_cert_file)?;
+        let key = kaji_pki::files::read(&self.client_key_file)?;
+        let identity = Some((cert.as_str(), key.as_str()));
+        Ok(match &self.ca_file {
+            Some(ca) => kaji_pki::tls::client_config(&kaji_pki::files::read(ca)?, identity)?,
+            None => {
+                tracing::warn!("no --kubelet-certificate-authority: the agents' serving certificates are not verified");
+                kaji_pki::tls::unverified_client_config(identity)?
+            }
+        })
+    }
 }
 
 impl Config {
@@ -78,6 +113,8 @@ impl Config {
             advertise_address: None,
             endpoint_leases: false,
             admission_plugins: Vec::new(),
+            tls: None,
+            kubelet_tls: None,
         }
     }
 }
@@ -143,15 +180,19 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     );
     let registry = registry::Registry { cache: cache.clone(), admission, ..bootstrap };
     // Plain HTTP is the explicit insecure port: everyone there is the insecure superuser.
-    let authn = auth::authn::chain(&config.authentication, auth::authn::Fallback::InsecureSuperuser)
-        .context("failed to set up authentication")?;
+    let fallback = match config.tls {
+        Some(_) => auth::authn::Fallback::public_paths(),
+        None => auth::authn::Fallback::InsecureSuperuser,
+    };
+    let authn = auth::authn::chain(&config.authentication, fallback).context("failed to set up authentication")?;
+    let kubelet_tls = config.kubelet_tls.as_ref().map(KubeletTls::client_config).transpose()?;
     let security =
         http::pipeline::Security { authn, authz, modes: config.authorization_modes.clone(), parts: parts.clone() };
     let state = Arc::new(http::AppState {
         security,
         registry,
         cache,
-        agents: agent_client::AgentClient::new(config.agent_timeout),
+        agents: agent_client::AgentClient::new(config.agent_timeout, kubelet_tls),
         metrics: metrics::Metrics::default(),
         shutdown: shutdown.clone(),
         advertise: advertise.to_string(),
@@ -162,15 +203,27 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let sweep = (config.event_ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
     event_ttl::spawn(store.clone(), config.event_ttl, sweep, shutdown.clone());
     let peers = config.endpoint_leases.then(|| spawn_endpoint_reconciler(state.clone(), advertise, shutdown.clone()));
-    let app = http::router(state).into_make_service_with_connect_info::<http::pipeline::Peer>();
-    let mut sd = shutdown.clone();
+    let app = http::router(state);
+    let served = match &config.tls {
+        None => tokio::spawn(serve(listener, app, shutdown.clone())),
+        Some(tls) => {
+            let ca = config.authentication.client_ca_file.as_deref().map(kaji_pki::files::read).transpose()?;
+            let client_auth = match ca {
+                Some(ca_pem) => kaji_pki::tls::ClientAuth::VerifyLater { ca_pem },
+                None => kaji_pki::tls::ClientAuth::None,
+            };
+            let server_config = kaji_pki::tls::server_config(
+                &kaji_pki::files::read(&tls.cert_file)?,
+                &kaji_pki::files::read(&tls.key_file)?,
+                &client_auth,
+            )
+            .context("failed to set up TLS")?;
+            let listener = kaji_pki::listener::TlsListener::new(listener, server_config)?;
+            tokio::spawn(serve(listener, app, shutdown.clone()))
+        }
+    };
     let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = sd.wait_for(|s| *s).await;
-            })
-            .await
-            .context("server failed")?;
+        served.await.context("server task panicked")??;
         if let Some(p) = peers {
             // It gives this apiserver's lease up and leaves the Endpoints first.
             let _ = tokio::time::timeout(Duration::from_secs(5), p).await;
@@ -179,7 +232,8 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         drop(store);
         Ok(())
     });
-    tracing::info!(addr = %addr, data_dir = %config.data_dir.display(), "apiserver listening");
+    let scheme = if config.tls.is_some() { "https" } else { "http (insecure port)" };
+    tracing::info!(addr = %addr, scheme, data_dir = %config.data_dir.display(), "apiserver listening");
     Ok(Server { addr, stop, task })
 }
 
@@ -197,6 +251,25 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<dyn storage::Store>> {
             Arc::new(store)
         }
     })
+}
+
+/// Serve `app` on `listener` until `shutdown`; each connection's [`Peer`] reaches the filters.
+async fn serve<L>(
+    listener: L,
+    app: axum::Router,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+    for<'a> kaji_pki::listener::Peer: axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
+{
+    axum::serve(listener, app.into_make_service_with_connect_info::<kaji_pki::listener::Peer>())
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        })
+        .await
+        .context("server failed")
 }
 
 /// The bootstrap registry writes straight to the store; its cache is never read.

@@ -9,11 +9,35 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(name = "kaji-apiserver", version)]
 struct Args {
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// Port to serve HTTPS on (0 picks a free one).
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// The serving certificate (PEM; the chain after it is sent too).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's key (PEM).
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
+    /// Client certificates signed by this CA authenticate: CN is the user, each O a group.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// The certificate the apiserver presents to the nodes' agents (logs, exec, attach,
+    /// port-forward); with it, agents are reached over HTTPS only.
+    #[arg(long, requires = "kubelet_client_key")]
+    kubelet_client_certificate: Option<PathBuf>,
+    #[arg(long, requires = "kubelet_client_certificate")]
+    kubelet_client_key: Option<PathBuf>,
+    /// Verify the agents' serving certificates against this CA (unverified without it).
+    #[arg(long, requires = "kubelet_client_certificate")]
+    kubelet_certificate_authority: Option<PathBuf>,
     /// Address of the plain-HTTP port.
     #[arg(long, default_value = "127.0.0.1")]
     insecure_bind_address: IpAddr,
-    /// Serve plain HTTP on this port (0 picks a free one), where every request is the superuser
-    /// `system:unsecured` unless it brings a token: for tests only, never on a reachable address.
+    /// Serve plain HTTP on this port instead of HTTPS (0 picks a free one), where every request
+    /// without a token is the superuser `system:unsecured`: for tests only, never reachable.
     #[arg(long)]
     insecure_port: Option<u16>,
     /// Static bearer tokens: a CSV file of token,user,uid[,"group1,group2"].
@@ -144,8 +168,26 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let port = args.insecure_port.context("--insecure-port is required (HTTPS is not served yet)")?;
-    let mut config = kaji_apiserver::Config::new(SocketAddr::new(args.insecure_bind_address, port), args.data_dir);
+    let bind = match args.insecure_port {
+        Some(port) => SocketAddr::new(args.insecure_bind_address, port),
+        None => SocketAddr::new(args.bind_address, args.secure_port),
+    };
+    let mut config = kaji_apiserver::Config::new(bind, args.data_dir);
+    if args.insecure_port.is_none() {
+        let (Some(cert_file), Some(key_file)) = (args.tls_cert_file, args.tls_private_key_file) else {
+            anyhow::bail!("HTTPS needs --tls-cert-file and --tls-private-key-file (`kaji pki init` makes them); --insecure-port serves plain HTTP for tests");
+        };
+        config.tls = Some(kaji_apiserver::Serving { cert_file, key_file });
+    }
+    if let (Some(client_cert_file), Some(client_key_file)) = (args.kubelet_client_certificate, args.kubelet_client_key)
+    {
+        config.kubelet_tls = Some(kaji_apiserver::KubeletTls {
+            client_cert_file,
+            client_key_file,
+            ca_file: args.kubelet_certificate_authority,
+        });
+    }
+    config.authentication.client_ca_file = args.client_ca_file;
     config.authentication.token_auth_file = args.token_auth_file;
     config.authentication.anonymous = args.anonymous_auth;
     config.authorization_modes =

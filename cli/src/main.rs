@@ -7,6 +7,7 @@ mod lab;
 mod manifest;
 mod merge;
 mod output;
+mod pki;
 mod resources;
 mod table;
 
@@ -57,6 +58,11 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// The cluster's certificates and kubeconfigs.
+    Pki {
+        #[command(subcommand)]
+        command: pki::PkiCommand,
+    },
     /// Run a kaji cluster on this machine.
     Lab {
         #[command(subcommand)]
@@ -67,7 +73,9 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    kaji_pki::install_crypto_provider();
     let result = match cli.command {
+        Command::Pki { command } => pki::run(command),
         // The connection flags are global (kubectl takes them anywhere); a lab has its own.
         Command::Lab { .. } if cli.conn != ConnArgs::default() => Err(anyhow::anyhow!(
             "--kubeconfig, --context and -n/--namespace do not apply to `kaji lab` (did you mean --nodes?)"
@@ -109,6 +117,6 @@ async fn run(conn: &ConnArgs, command: Command) -> anyhow::Result<()> {
         Command::Rollout { command } => cmd::rollout::run(&cl, command).await,
         Command::Events(args) => cmd::events::run(&cl, args).await,
         Command::Lab { command } => lab::run(command).await,
-        Command::Completion { .. } => Ok(()),
+        Command::Completion { .. } | Command::Pki { .. } => Ok(()),
     }
 }

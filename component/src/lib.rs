@@ -14,7 +14,7 @@ use std::path::PathBuf;
 /// How to reach the apiserver (`--master`, `--kubeconfig`); flatten into a binary's flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ApiArgs {
-    /// API server URL (e.g. http://127.0.0.1:6443); overrides the kubeconfig's server. Several,
+    /// API server URL (e.g. https://127.0.0.1:6443); overrides the kubeconfig's server. Several,
     /// comma-separated, for several apiservers: the client moves to a live one when its own
     /// dies (through a local balancer, see `failover`).
     #[arg(long)]
@@ -34,6 +34,7 @@ impl ApiArgs {
 
     /// The kube-rs config [`ApiArgs::client`] builds a client from.
     pub async fn config(&self, user_agent: &str) -> anyhow::Result<kube::Config> {
+        kaji_pki::install_crypto_provider();
         let mut config = match &self.kubeconfig {
             Some(path) => {
                 let kc =

@@ -26,6 +26,8 @@ pub struct Node {
     pub config: kaji_agent::Config,
     pub agent: Option<kaji_agent::Handle>,
     pub dir: tempfile::TempDir,
+    /// With TLS: the cluster's certificates (apiserver and agent both serve HTTPS).
+    pub pki: Option<kaji_pki::layout::Layout>,
     _data: tempfile::TempDir,
 }
 
@@ -37,6 +39,17 @@ pub fn require_root() {
 
 impl Node {
     pub async fn start() -> anyhow::Result<Node> {
+        Self::start_with(false).await
+    }
+
+    /// As on a real node: the apiserver serves HTTPS (x509 client certificates, its kubelet
+    /// client certificate towards the agent), the agent speaks as `system:node:<name>` and
+    /// serves its port over HTTPS.
+    pub async fn start_secure() -> anyhow::Result<Node> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(secure: bool) -> anyhow::Result<Node> {
         require_root();
         // RUST_LOG=kaji_agent=debug shows what the agent did when a test fails.
         let _ = tracing_subscriber::fmt()
@@ -44,24 +57,55 @@ impl Node {
             .with_test_writer()
             .try_init();
         let data = tempfile::tempdir()?;
-        let server =
-            kaji_apiserver::start(kaji_apiserver::Config::new("127.0.0.1:0".parse()?, data.path().into())).await?;
-        let client = kube::Client::try_from(kube::Config::new(format!("http://{}", server.addr).parse()?))?;
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let node_name = format!("node-{}-{n}", std::process::id());
+        let mut api_config = kaji_apiserver::Config::new("127.0.0.1:0".parse()?, data.path().into());
+        let pki = secure.then(|| kaji_pki::layout::Layout::new(data.path().join("pki-root")));
+        if let Some(pki) = &pki {
+            pki.init(&kaji_pki::layout::InitSpec { server: "https://127.0.0.1".into(), ..Default::default() })?;
+            api_config.tls = Some(kaji_apiserver::Serving {
+                cert_file: pki.pki("apiserver.crt"),
+                key_file: pki.pki("apiserver.key"),
+            });
+            api_config.authentication.client_ca_file = Some(pki.ca_cert());
+            api_config.kubelet_tls = Some(kaji_apiserver::KubeletTls {
+                client_cert_file: pki.pki("apiserver-kubelet-client.crt"),
+                client_key_file: pki.pki("apiserver-kubelet-client.key"),
+                ca_file: Some(pki.ca_cert()),
+            });
+        }
+        let server = kaji_apiserver::start(api_config).await?;
+        let client = match &pki {
+            None => kube::Client::try_from(kube::Config::new(format!("http://{}", server.addr).parse()?))?,
+            Some(pki) => {
+                kaji_pki::install_crypto_provider();
+                let ca = pki.load_ca()?;
+                let url = format!("https://{}", server.addr);
+                let files = pki.issue_node(&ca, &node_name, &["127.0.0.1".parse()?], &url)?;
+                let admin = pki.kubeconfig("admin");
+                pki.write_kubeconfig(&ca, &admin, "kubernetes-admin", &["system:masters"], &url)?;
+                let kc = kube::config::Kubeconfig::read_from(&files.kubeconfig)?;
+                kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)?
+            }
+        };
         let registry = kaji_image::testing::Registry::start()?;
         kaji_image::testing::push_busybox(&registry.addr, "kaji/busybox:1").await?;
         let image = format!("{}/kaji/busybox:1", registry.addr);
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = tempfile::Builder::new().prefix("kaji-agent-test").tempdir_in("/tmp")?;
-        let mut config = kaji_agent::Config::new(
-            format!("node-{}-{n}", std::process::id()),
-            "127.0.0.1".parse()?,
-            dir.path().join("root"),
-        );
+        let mut config = kaji_agent::Config::new(node_name.clone(), "127.0.0.1".parse()?, dir.path().join("root"));
+        if let Some(pki) = &pki {
+            let node_dir = pki.node_dir(&node_name);
+            config.server_tls = Some(kaji_agent::http::Tls {
+                cert_file: node_dir.join("kubelet.crt"),
+                key_file: node_dir.join("kubelet.key"),
+                client_ca_file: pki.ca_cert(),
+            });
+        }
         config.cgroup_parent = format!("kaji-agent-test-{}-{n}", std::process::id());
         config.shim_binary = PathBuf::from(AGENT);
         config.server_addr = Some("127.0.0.1:0".parse()?);
         config.lease_renew_interval = Duration::from_secs(2);
-        let mut node = Node { server, client, registry, image, config, agent: None, dir, _data: data };
+        let mut node = Node { server, client, registry, image, config, agent: None, dir, pki, _data: data };
         node.start_agent().await?;
         Ok(node)
     }

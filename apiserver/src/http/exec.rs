@@ -215,11 +215,11 @@ async fn connect(s: &Shared, kind: Kind, ns: &str, name: &str, mut req: Request<
             timeout.as_secs_f64()
         ))
     };
-    let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| timed_out())?
-        .map_err(|e| unreachable(e.to_string()))?;
-    let _ = stream.set_nodelay(true);
+    let stream = s.agents.connect(addr).await.map_err(|e| match e {
+        crate::agent_client::Error::Timeout { .. } => timed_out(),
+        crate::agent_client::Error::Stream { source, .. } => unreachable(source.to_string()),
+        other => unreachable(other.to_string()),
+    })?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(e.to_string()))?;
     tokio::spawn(async move {

@@ -7,13 +7,12 @@ use super::errors::ApiError;
 use super::Shared;
 use crate::auth::authn::{self, AuthnRequest};
 use crate::auth::{request_info, Attributes, Authorizer, Decision, UserInfo};
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::serve::IncomingStream;
-use std::net::SocketAddr;
+use kaji_pki::listener::Peer;
 use std::sync::Arc;
 
 /// Who decides: the authentication chain and the authorizer (the union of the modes), with the
@@ -23,20 +22,6 @@ pub struct Security {
     pub authz: Arc<dyn Authorizer>,
     pub modes: Vec<crate::auth::AuthorizationMode>,
     pub parts: Arc<crate::auth::authz::Parts>,
-}
-
-/// A connection's peer: its address and, over TLS, the certificate chain it presented.
-#[derive(Clone, Debug, Default)]
-pub struct Peer {
-    pub addr: Option<SocketAddr>,
-    /// DER, leaf first; empty without TLS or without a client certificate.
-    pub client_chain: Arc<Vec<Vec<u8>>>,
-}
-
-impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        Peer { addr: Some(*stream.remote_addr()), client_chain: Arc::default() }
-    }
 }
 
 /// The middleware: authenticate, authorize, then the handlers.

@@ -56,6 +56,44 @@ impl ApiServer {
         server
     }
 
+    /// The binary serving HTTPS with the certificates of `pki` (made with `Layout::init`),
+    /// client certificates from its CA, and `extra` flags; ready once it listens.
+    pub fn start_secure(data_dir: &Path, pki: &kaji_pki::layout::Layout, extra: &[&str]) -> Self {
+        let addr_file = data_dir.with_extension("addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let path = |p: PathBuf| p.to_string_lossy().into_owned();
+        let child = Command::new(env!("CARGO_BIN_EXE_kaji-apiserver"))
+            .args(["--bind-address", "127.0.0.1", "--secure-port", "0", "--data-dir"])
+            .arg(data_dir)
+            .args(["--tls-cert-file", &path(pki.pki("apiserver.crt"))])
+            .args(["--tls-private-key-file", &path(pki.pki("apiserver.key"))])
+            .args(["--client-ca-file", &path(pki.ca_cert())])
+            .arg("--address-file")
+            .arg(&addr_file)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kaji-apiserver starts");
+        let mut server = Self { child, addr: String::new(), data_dir: data_dir.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        server.addr = loop {
+            if let Ok(a) = std::fs::read_to_string(&addr_file) {
+                if a.trim().parse::<std::net::SocketAddr>().is_ok() {
+                    break a.trim().to_string();
+                }
+            }
+            assert!(Instant::now() < deadline, "apiserver did not start within 20s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        server
+    }
+
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }

@@ -5,6 +5,7 @@
 //! secure port, the insecure superuser on the explicit plain-HTTP port.
 
 pub mod token_file;
+pub mod x509;
 
 use super::{names, UserInfo};
 use axum::http::{header, HeaderMap};
@@ -14,6 +15,8 @@ use std::sync::Arc;
 /// The authentication flags.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `--client-ca-file`: client certificates signed by this CA authenticate (CN user, O groups).
+    pub client_ca_file: Option<PathBuf>,
     /// `--token-auth-file`: static bearer tokens (CSV).
     pub token_auth_file: Option<PathBuf>,
     /// `--anonymous-auth`: anonymous requests on the public paths (on by default, as Kubernetes).
@@ -22,7 +25,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { token_auth_file: None, anonymous: true }
+        Self { client_ca_file: None, token_auth_file: None, anonymous: true }
     }
 }
 
@@ -30,6 +33,12 @@ impl Default for Config {
 pub enum Error {
     #[error(transparent)]
     TokenFile(#[from] token_file::Error),
+    #[error("--client-ca-file {path}: {source}")]
+    ClientCa {
+        path: String,
+        #[source]
+        source: kaji_pki::Error,
+    },
 }
 
 /// The chain `config` asks for, ending in `fallback` (what a listener allows without credentials;
@@ -41,7 +50,13 @@ pub fn chain(config: &Config, fallback: Fallback) -> Result<Chain, Error> {
         tracing::info!(path = %path.display(), tokens = file.len(), "static token file loaded");
         tokens.push(Arc::new(file));
     }
+    // ServiceAccount JWTs (b18) and bootstrap tokens join `tokens` here, in kube-apiserver's order.
     let mut authenticators: Vec<Arc<dyn Authenticator>> = Vec::new();
+    if let Some(path) = &config.client_ca_file {
+        let ca_err = |source| Error::ClientCa { path: path.display().to_string(), source };
+        let pem = kaji_pki::files::read(path).map_err(ca_err)?;
+        authenticators.push(Arc::new(x509::X509::new(&pem).map_err(ca_err)?));
+    }
     if !tokens.is_empty() {
         authenticators.push(Arc::new(BearerToken(tokens)));
     }
