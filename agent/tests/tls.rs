@@ -39,7 +39,7 @@ async fn call(
     Ok((code, String::from_utf8_lossy(&body).into_owned()))
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_apiserver_may_exec_and_read_logs_on_the_agent() -> anyhow::Result<()> {
     let node = Node::start_secure().await?;
     node.pod("sleeper", json!({"containers": [{"name": "c", "command": ["sh", "-c", "echo started; sleep 3600"]}]}))
@@ -84,7 +84,8 @@ async fn only_the_apiserver_may_exec_and_read_logs_on_the_agent() -> anyhow::Res
     // Health is public; plain HTTP gets nothing.
     assert_eq!(call(addr, ca.cert_pem(), None, "GET", "/healthz").await?.0, 200);
     assert!(node.get("/pods").await.map(|(c, _)| c != 200).unwrap_or(true));
-    node.pods("default").delete("sleeper", &Default::default()).await?;
+    // sh as pid 1 ignores SIGTERM: no grace period, as the other agent tests delete.
+    node.pods("default").delete("sleeper", &kube::api::DeleteParams::default().grace_period(0)).await?;
     node.wait_gone("sleeper").await?;
     Ok(())
 }
