@@ -1,6 +1,6 @@
 //! The exec helper (`kaji-runtime nsenter`, like `runc init` for `runc exec`): a freshly exec'd,
-//! single-threaded process that joins a running container's cgroup and namespaces, forks, and
-//! in the child applies the process spec's hardening and execs the command. It stays the
+//! single-threaded process that joins a running container's cgroup, namespaces and root, forks,
+//! and in the child applies the process spec's hardening and execs the command. It stays the
 //! command's parent and exits with its status (128 + n for signal n).
 //!
 //! Why a re-exec'd helper: the agent is multi-threaded (tokio). setns(2) into a mount namespace
@@ -126,6 +126,28 @@ fn namespaces_of(pid: i32) -> Result<Vec<(File, CloneFlags)>, Failure> {
     Ok(out)
 }
 
+/// The root directory of `pid` (what `/` is to it), opened from the outside.
+///
+/// Joining a mount namespace leaves us at that namespace's root (the topmost mount on it), not
+/// at the container's: the two are the same only when the container's init pivoted from the
+/// namespace's root. An init created by a runtime that was itself chrooted (a node agent in a
+/// chroot, `chroot /host` style) pivots from its chroot, so its rootfs ends up mounted on the
+/// chroot's directory while the namespace's root stays the host's `/`; and an init without a
+/// mount namespace of its own is chrooted into its rootfs. In both, a command that only joined
+/// the namespaces would run the host's binaries on the host's files. So, as `nsenter --root`
+/// does, the command is chrooted into the init's own root.
+fn root_of(pid: i32) -> Result<File, Failure> {
+    let path = format!("/proc/{pid}/root");
+    File::open(&path).map_err(|e| format!("failed to open {path}: {e}"))
+}
+
+/// Makes `root` (a directory opened by [`root_of`]) our root and working directory. After the
+/// namespaces are joined: the directory is then one of the namespace we are in.
+fn enter_root(root: &File) -> Result<(), Failure> {
+    nix::unistd::fchdir(root.as_raw_fd()).map_err(|e| format!("failed to enter the container's root: {e}"))?;
+    nix::unistd::chroot(".").map_err(|e| format!("failed to chroot into the container's root: {e}"))
+}
+
 fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, Failure> {
     let dir = Dir::new(&args.root, &args.id).map_err(|e| chain(&e))?;
     let record = state::read_json::<Record>(&dir.record())
@@ -142,6 +164,7 @@ fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, 
     let pidfd =
         sys::pidfd_open(Pid::from_raw(record.pid)).map_err(|e| format!("container {} is not running: {e}", args.id))?;
     let namespaces = namespaces_of(record.pid)?;
+    let root = root_of(record.pid)?;
     if nix::sys::signal::kill(Pid::from_raw(record.pid), None).is_err() {
         return Err(format!("container {} is not running", args.id));
     }
@@ -176,6 +199,8 @@ fn run(args: &Args, report: &mut File, console: Option<OwnedFd>) -> Result<i32, 
         }
     }
     drop(namespaces);
+    enter_root(&root)?;
+    drop(root);
     let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create pipe: {e}"))?;
     let me = nix::unistd::getpid();
     match sys::fork().map_err(|e| format!("failed to fork: {e}"))? {

@@ -1,15 +1,15 @@
 //! Root-only tests of exec into a running container, native and runc: the command sees the
-//! container's namespaces, runs in its cgroup with its hardening, gets stdin, a terminal when
-//! asked, and its exit code comes back; nothing is left behind.
+//! container's namespaces and root, runs in its cgroup with its hardening, gets stdin, a
+//! terminal when asked, and its exit code comes back; nothing is left behind.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::path::Path;
 
-use common::Fixture;
+use common::{Cli, Fixture};
 use kaji_runtime::{ContainerRuntime, CreateOptions, ExecOptions, WindowSize};
-use oci_spec::runtime::{Process, Spec};
+use oci_spec::runtime::{LinuxNamespaceType, Process, Spec};
 
 /// Fails (never skips) when the machine cannot run these tests.
 fn require(runc: bool) {
@@ -249,4 +249,81 @@ fn native_and_runc_exec_observe_the_same_container() -> anyhow::Result<()> {
     assert_eq!(seen[0], seen[1], "native vs runc");
     fx.assert_clean();
     Ok(())
+}
+
+/// `cmd` run with a root that is not its mount namespace's root, as a node agent run under
+/// `chroot /host` has: in a mount namespace of its own (unshare(1)), the host's `/` bound
+/// recursively onto `dir` (the same files at the same paths) and chrooted into.
+fn chrooted(cmd: &std::process::Command, dir: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c", r#"mount --rbind / "$0" && exec chroot "$0" "$@""#])
+        .arg(dir)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    c
+}
+
+/// Joining a container's mount namespace is not enough to be in its root: the namespace's root
+/// is the host's `/` when the runtime that created the container was chrooted (its rootfs
+/// is then mounted on the chroot's directory), and a container without a mount namespace of its
+/// own is only chrooted into its rootfs. In both, the exec'd command must see the container's
+/// files and /proc (its PID namespace), never the host's.
+#[test]
+fn exec_runs_in_the_containers_root_when_that_is_not_its_mount_namespaces() -> anyhow::Result<()> {
+    require(false);
+    let mut fx = Fixture::new()?;
+    std::fs::write(fx.rootfs.join("etc/marker"), "the container's rootfs\n")?;
+    let host = fx.dir.join("host");
+    std::fs::create_dir_all(&host)?;
+    let mut seen = Vec::new();
+    for (id, by_chrooted_runtime) in [("chrooted", true), ("nomnt", false)] {
+        let mut spec = fx.spec(id, INIT)?;
+        if !by_chrooted_runtime {
+            common::edit_linux(&mut spec, |l| {
+                let own = l.namespaces().iter().flatten().filter(|n| n.typ() != LinuxNamespaceType::Mount).cloned();
+                l.set_namespaces(Some(own.collect()));
+                l.set_masked_paths(Some(Vec::new()));
+                l.set_readonly_paths(Some(Vec::new()));
+            })?;
+        }
+        let bundle = fx.bundle(id, &spec)?.display().to_string();
+        fx.created.push(id.to_string());
+        let err = std::fs::File::create(fx.dir.join(format!("{id}.err")))?;
+        let run = Cli::Kaji.cmd(&fx, &["run", "-d", "--bundle", &bundle, id]);
+        let mut run = if by_chrooted_runtime { chrooted(&run, &host) } else { run };
+        let st = run.stdout(std::process::Stdio::null()).stderr(err).status()?;
+        anyhow::ensure!(st.success(), "{id}: {}", std::fs::read_to_string(fx.dir.join(format!("{id}.err")))?);
+
+        // Through the CLI and the library, both of which run the exec helper.
+        let cli = Cli::Kaji.cmd(&fx, &["exec", id, "cat", "/etc/marker"]).output()?;
+        let rt = fx.native();
+        let lib = run_until(&rt, &spec, id, &["cat", "/etc/marker", "/proc/1/cmdline"], |r| r.stdout.contains('\0'))?;
+        rt.delete(id, true)?;
+        seen.push((id, String::from_utf8_lossy(&cli.stdout).into_owned(), lib.stdout, lib.stderr));
+    }
+    for (id, cli, lib, err) in seen {
+        assert_eq!(cli, "the container's rootfs\n", "{id}: the exec'd command's root");
+        assert_eq!(lib, format!("the container's rootfs\n/bin/sh\0-c\0{INIT}\0"), "{id}: {err}");
+    }
+    fx.assert_clean();
+    Ok(())
+}
+
+/// [`run`] until `done` holds for its result (the init may still be exec'ing its command).
+fn run_until(
+    rt: &dyn ContainerRuntime,
+    spec: &Spec,
+    id: &str,
+    args: &[&str],
+    done: impl Fn(&Ran) -> bool,
+) -> anyhow::Result<Ran> {
+    let mut r = run(rt, spec, id, args, None)?;
+    for _ in 0..50 {
+        if done(&r) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        r = run(rt, spec, id, args, None)?;
+    }
+    Ok(r)
 }
