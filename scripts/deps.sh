@@ -27,6 +27,7 @@ APT=(
   "etcd-server      lab,test    etcd: the store of kaji lab up --ha and of the etcd backend's tests"
   "etcd-client      lab,test    etcdctl: finds the etcd leader in the HA lab and the fault tests"
   "bsdutils         test        script: a terminal for kubectl in the kubectl run -it test"
+  "procps           test        ps (kaji-runtime ps runs it, as runc ps does), sysctl and kill in the tests"
   "qemu-system-x86  test        the VM test's machines (tests/vm: software CPU, systemd, cgroup v2)"
   "qemu-utils       test        qemu-img: the VM test's disk overlays"
   "debootstrap      test        the VM test's Debian image, from the mirror apt uses"

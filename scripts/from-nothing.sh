@@ -36,6 +36,10 @@ mkdir -p "$root/root/.rustup/toolchains"
 cp -a "$HOME/.rustup/toolchains/$tc" "$root/root/.rustup/toolchains/"
 cp -a "$HOME/.rustup/settings.toml" "$root/root/.rustup/" 2>/dev/null || true
 cp -L "$(command -v kubectl)" "$root/usr/local/bin/kubectl"
+# The tests also drive older and newer clients, installed beside kubectl (kubectl.1.27 ... 1.33).
+for k in "$(dirname "$(readlink -f "$(command -v kubectl)")")"/kubectl.1.*; do
+  if [ -e "$k" ]; then cp -L "$k" "$root/usr/local/bin/"; fi
+done
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 # A machine on this network trusts the CAs its administrator added (here: the egress proxy's);
 # the chroot gets the same ones, nothing else.
