@@ -33,6 +33,7 @@ mod forward;
 mod image;
 mod leftovers;
 mod net;
+mod node;
 mod oci;
 mod procs;
 mod registry;
@@ -103,6 +104,11 @@ pub enum LabCommand {
         #[arg(long)]
         purge: bool,
     },
+    /// Nodes of a running lab.
+    Node {
+        #[command(subcommand)]
+        verb: NodeVerb,
+    },
     /// The lab's registry (172.30.0.1:5000, reachable from every node).
     Image {
         #[command(subcommand)]
@@ -118,6 +124,16 @@ pub enum LabCommand {
         /// Where to connect, in order of preference (several: an HA lab's apiservers).
         #[arg(long, value_delimiter = ',', required = true)]
         to: Vec<SocketAddr>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeVerb {
+    /// Add one node (its own network namespace, kaji-agent and kaji-proxy) and wait until it
+    /// is Ready. Needs root.
+    Add {
+        #[arg(long, default_value = DEFAULT_DIR)]
+        dir: PathBuf,
     },
 }
 
@@ -144,6 +160,7 @@ pub async fn run(cmd: LabCommand) -> Result<()> {
         LabCommand::Logs { component, dir, follow } => status::logs(&State::load(&dir)?, &component, follow).await,
         LabCommand::Restart { component, dir } => up::restart(&State::load(&dir)?, &component),
         LabCommand::Down { dir, purge } => down::down(&dir, purge),
+        LabCommand::Node { verb: NodeVerb::Add { dir } } => node::add(State::load(&dir)?).await,
         LabCommand::Image { verb: ImageVerb::Push { path, name, dir } } => {
             registry::push_command(&State::load(&dir)?, &path, name).await
         }
