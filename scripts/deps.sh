@@ -24,6 +24,7 @@ APT=(
   "nftables         lab,test    nft, for kaji-proxy's nftables mode (inside namespaces only)"
   "runc             test        the reference OCI runtime of the differential tests"
   "podman           test        a container engine driving kaji-runtime and runc (runtime/tests/podman.rs)"
+  "dnsmasq-base     lab,test    dnsmasq: the lab's upstream resolver (answers kaji.lab only, forwards nothing; starts no service)"
   "etcd-server      lab,test    etcd: the store of kaji lab up --ha and of the etcd backend's tests"
   "etcd-client      lab,test    etcdctl: finds the etcd leader in the HA lab and the fault tests"
   "bsdutils         test        script: a terminal for kubectl in the kubectl run -it test"

@@ -40,7 +40,7 @@ pub fn kaji_binary() -> PathBuf {
     assert!(
         kaji.exists(),
         "{} is not built: run `cargo build -p kaji-cli -p kaji-agent -p kaji-apiserver -p kaji-controllers \
-         -p kaji-scheduler -p kaji-proxy` first (`cargo test --workspace` builds them)",
+         -p kaji-scheduler -p kaji-proxy -p kaji-dns` first (`cargo test --workspace` builds them)",
         kaji.display()
     );
     kaji

@@ -60,7 +60,7 @@ pub async fn apply(c: &kube::Client, replicas: u8) -> Result<()> {
     create_or_keep(Api::<Deployment>::namespaced(c.clone(), NAMESPACE), deploy).await
 }
 
-async fn create_or_keep<K>(api: Api<K>, obj: K) -> Result<()>
+pub(super) async fn create_or_keep<K>(api: Api<K>, obj: K) -> Result<()>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
 {

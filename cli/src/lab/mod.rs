@@ -28,6 +28,7 @@
 
 mod demo;
 mod deps;
+mod dns;
 mod down;
 mod forward;
 mod image;

@@ -18,7 +18,13 @@ pub const NSENTER: &str = "nsenter";
 pub fn sibling_binary(name: &str) -> Result<PathBuf> {
     if Path::new(name).is_absolute() {
         if !Path::new(name).exists() {
-            let package = Path::new(name).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let file = Path::new(name).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            // The Debian package where it differs from the file's name.
+            let package = match file.as_str() {
+                "dnsmasq" => "dnsmasq-base".to_string(),
+                "etcd" => "etcd-server".to_string(),
+                _ => file,
+            };
             bail!("{name} is missing (apt-get install {package})");
         }
         return Ok(PathBuf::from(name));

@@ -30,12 +30,16 @@ pub fn write_config(lab: &Lab) -> Result<()> {
 
 /// Waits for the registry to answer `/v2/`, then pushes the seed image built from `rootfs`.
 pub async fn seed(lab: &Lab, rootfs: &Path) -> Result<()> {
-    let upload = oci::from_rootfs(rootfs, SEED, &["sh"])?;
+    publish(lab, oci::from_rootfs(rootfs, SEED, &["sh"])?, SEED).await
+}
+
+/// Waits for the registry to answer `/v2/`, then pushes `upload` as `repo_tag`.
+pub async fn publish(lab: &Lab, upload: Upload, repo_tag: &'static str) -> Result<()> {
     let netns = lab.netns();
     tokio::task::spawn_blocking(move || {
         net::block_on_in(&netns, move || async move {
             wait(Duration::from_secs(20)).await?;
-            push(&upload, SEED).await
+            push(&upload, repo_tag).await
         })
     })
     .await??;

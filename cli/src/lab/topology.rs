@@ -14,6 +14,14 @@ pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The lab's registry, in the lab namespace on the bridge address.
 pub const REGISTRY: &str = "172.30.0.1:5000";
 pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+/// Debian's dnsmasq-base: the lab's upstream resolver (what a node's resolv.conf points at).
+pub const DNSMASQ_BIN: &str = "/usr/sbin/dnsmasq";
+/// The only domain the lab's upstream resolver answers (from its own records; it forwards
+/// nothing, so no question ever leaves the lab's namespaces).
+pub const UPSTREAM_DOMAIN: &str = "kaji.lab";
+/// The cluster DNS Service's address (kubeadm's: the tenth of the Service range) and domain.
+pub const CLUSTER_DNS: &str = "10.96.0.10";
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
 /// Debian's etcd-server (the HA lab's store).
 pub const ETCD_BIN: &str = "/usr/bin/etcd";
 /// The demo image, imported into every node's store from the host's busybox-static.
@@ -97,6 +105,42 @@ impl Lab {
     /// What the control plane in the lab namespace uses.
     fn local_servers(&self) -> String {
         self.apiserver_ports().map(|p| format!("http://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// The resolv.conf every node reads as the host's (`--resolv-conf`): the lab's resolver.
+    pub fn resolv_conf(&self) -> PathBuf {
+        self.dir.join("resolv.conf")
+    }
+
+    pub fn resolv_conf_text() -> String {
+        format!("search {UPSTREAM_DOMAIN}\nnameserver {BRIDGE_IP}\n")
+    }
+
+    /// What pods in the cluster use to reach the apiserver(s) directly (the lab's apiservers
+    /// serve plain HTTP on the bridge).
+    pub fn pod_server(&self) -> String {
+        self.bridge_server()
+    }
+
+    /// The lab's upstream resolver on the bridge address, port 53: dnsmasq answering only its own
+    /// records under kaji.lab (REFUSED for everything else: it has no upstream of its own).
+    fn upstream_dns(&self) -> Component {
+        let records = [("registry", BRIDGE_IP), ("apiserver", BRIDGE_IP)];
+        let mut args = argv(&[
+            "--keep-in-foreground",
+            "--log-facility=-",
+            "--log-queries",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--pid-file=",
+            "--bind-interfaces",
+            &format!("--listen-address={BRIDGE_IP}"),
+            "--port=53",
+            &format!("--local=/{UPSTREAM_DOMAIN}/"),
+        ]);
+        args.extend(records.iter().map(|(n, ip)| format!("--host-record={n}.{UPSTREAM_DOMAIN},{ip}")));
+        Component { name: "dns-upstream".into(), binary: DNSMASQ_BIN.into(), netns: Some(self.netns()), args }
     }
 
     /// The apiservers' ports inside the lab namespace (the first is also the forwarder's).
@@ -274,6 +318,7 @@ impl Lab {
                 netns: lab.clone(),
                 args: argv(&["serve", &self.dir.join("registry/config.yml").to_string_lossy()]),
             },
+            self.upstream_dns(),
         ]);
         // With --ha, instance i: its own /healthz and /metrics port (they share one namespace).
         let instances: Vec<(String, u16)> = if self.ha {
@@ -360,6 +405,14 @@ impl Lab {
                 // not taint its nodes.
                 "--eviction-hard",
                 "nodefs.available<0%",
+                // As kubeadm configures kubelet; the node's resolver is the lab's, so nothing a
+                // pod asks leaves the lab's namespaces.
+                "--cluster-dns",
+                CLUSTER_DNS,
+                "--cluster-domain",
+                CLUSTER_DOMAIN,
+                "--resolv-conf",
+                &self.resolv_conf().to_string_lossy(),
             ]),
         }
     }
@@ -406,9 +459,9 @@ mod tests {
                 "apiserver-3",
                 "forward",
                 "registry",
+                "dns-upstream",
                 "controller-manager-1",
                 "controller-manager-2",
-                "scheduler-1"
             ]
         );
         let args = |n: &str| all.iter().find(|c| c.name == n).map(|c| c.args.join(" ")).unwrap_or_default();
@@ -476,6 +529,7 @@ mod tests {
                 "apiserver",
                 "forward",
                 "registry",
+                "dns-upstream",
                 "controller-manager",
                 "scheduler",
                 "agent-1",
@@ -497,9 +551,18 @@ mod tests {
             "--root-dir /tmp/l/node-2",
             "--cgroup-parent kaji-lab-7001-node-2 --cgroup-driver cgroupfs",
             "--pod-network bridge --cluster-cidr 10.244.0.0/16 --insecure-registry 172.30.0.1:5000",
+            "--cluster-dns 10.96.0.10 --cluster-domain cluster.local --resolv-conf /tmp/l/resolv.conf",
         ] {
             assert!(agent.contains(want), "{agent} lacks {want}");
         }
+        let dns = all.iter().find(|c| c.name == "dns-upstream").expect("the lab's resolver");
+        assert_eq!(dns.netns.as_deref(), Some("kaji-lab-7001"));
+        let args = dns.args.join(" ");
+        for want in ["--no-resolv", "--listen-address=172.30.0.1", "--local=/kaji.lab/", "--conf-file=/dev/null"] {
+            assert!(args.contains(want), "{args} lacks {want}");
+        }
+        assert!(!args.contains("--server"), "the lab's resolver forwards nowhere: {args}");
+        assert_eq!(Lab::resolv_conf_text(), "search kaji.lab\nnameserver 172.30.0.1\n");
         let cm = all.iter().find(|c| c.name == "controller-manager").map(|c| c.args.join(" ")).unwrap_or_default();
         assert!(cm.contains("--allocate-node-cidrs true --cluster-cidr 10.244.0.0/16"), "{cm}");
     }

@@ -1,8 +1,8 @@
 //! `kaji lab up` and `kaji lab restart`: checks, network namespaces, control plane, forwarder,
 //! nodes, demo — one progress line per step.
 
-use super::topology::{self, Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY};
-use super::{demo, deps, image, net, procs, registry, step, State};
+use super::topology::{self, Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY, UPSTREAM_DOMAIN};
+use super::{demo, deps, dns, image, net, procs, registry, step, State};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{Endpoints, Node};
 use kube::api::{Api, ListParams};
@@ -55,6 +55,15 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         spawn(state, "registry").await
     })
     .await?;
+    let what = format!(
+        "starting dnsmasq in {} ({BRIDGE_IP}:53, the nodes' resolver: answers {UPSTREAM_DOMAIN}, forwards nothing)",
+        lab.netns()
+    );
+    step(&what, async {
+        std::fs::write(lab.resolv_conf(), Lab::resolv_conf_text()).context("cannot write the lab's resolv.conf")?;
+        spawn(state, "dns-upstream").await
+    })
+    .await?;
     let client = client(&lab.server())?;
     // On etcd the apiservers answer once the members have elected a leader: give it longer.
     let api_timeout = Duration::from_secs(if lab.ha { 90 } else { 30 });
@@ -91,6 +100,9 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&rootfs);
     step(&format!("waiting for {} node(s) to be Ready", lab.nodes), wait_nodes(&client, lab.nodes)).await?;
+    let what = format!("building the kaji-dns image and pushing it to the registry as {REGISTRY}/{}", dns::IMAGE);
+    step(&what, async { registry::publish(lab, dns::image(&lab.dir.join("dns-rootfs"))?, dns::IMAGE).await }).await?;
+    step(&dns::describe(), dns::apply(&client, &lab.pod_server())).await?;
     if with_demo {
         let what =
             format!("applying the demo workload (namespace demo: deployment hello x{}, service hello)", lab.nodes);
@@ -98,6 +110,8 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         let what = "waiting for the demo pods, one per node";
         step(what, demo::wait_spread(&client, lab.nodes, Duration::from_secs(120))).await?;
     }
+    let what = format!("waiting for cluster DNS ({} kaji-dns pods ready)", dns::REPLICAS);
+    step(&what, dns::wait_ready(&client, Duration::from_secs(120))).await?;
     step("checking that every component still runs", async { all_running(state) }).await?;
     let dir = lab.dir.display();
     let dir_flag =
@@ -134,6 +148,8 @@ fn preflight(lab: &Lab) -> Result<()> {
     for c in lab.components() {
         procs::sibling_binary(&c.binary)?;
     }
+    // Not a lab process: its image is built from it.
+    procs::sibling_binary("kaji-dns")?;
     if !std::path::Path::new(image::BUSYBOX).exists() {
         bail!("{} is missing: the demo image is built from it (apt-get install busybox-static)", image::BUSYBOX);
     }
