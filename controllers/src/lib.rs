@@ -1,6 +1,6 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
 //! node lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA
-//! publisher and ClusterRole aggregation loops on
+//! publisher, ClusterRole aggregation, Job, CronJob, TTL and StatefulSet loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod clusterroleaggregation;
@@ -25,6 +25,7 @@ pub mod replicaset;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod shared;
+pub mod statefulset;
 pub mod ttl;
 
 use crate::informer::Informer;
@@ -32,7 +33,7 @@ use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount};
@@ -244,6 +245,18 @@ async fn controllers(
     let mut cron_jobs = Informer::<CronJob>::new(Api::all(client.clone()));
     let cj_ctx = Arc::new(cronjob::Ctx::new(shared(), cron_jobs.store(), jobs.store()));
     let cj_triggers = (cron_jobs.subscribe(), jobs.subscribe());
+    let mut stateful_sets = Informer::<StatefulSet>::new(Api::all(client.clone()));
+    let revisions = Informer::<ControllerRevision>::new(Api::all(client.clone()));
+    let sts_ctx = Arc::new(statefulset::Ctx {
+        shared: shared(),
+        sets: stateful_sets.store(),
+        pods: pods.store(),
+        revisions: revisions.store(),
+    });
+    let sts_triggers = (stateful_sets.subscribe(), pods.subscribe());
+        let triggers = (claims.subscribe(), volumes.subscribe(), claims.subscribe());
+        (ctx, triggers, (claims, volumes, classes))
+    });
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
@@ -251,6 +264,7 @@ async fn controllers(
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
         let (j, cj) = (jobs.store(), cron_jobs.store());
+        let (sts, cr_) = (stateful_sets.store(), revisions.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -266,6 +280,8 @@ async fn controllers(
                 && cr.wait_until_ready().await.is_ok()
                 && j.wait_until_ready().await.is_ok()
                 && cj.wait_until_ready().await.is_ok()
+                && sts.wait_until_ready().await.is_ok()
+                && cr_.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -283,6 +299,8 @@ async fn controllers(
     cluster_roles.spawn(stop.clone());
     jobs.spawn(stop.clone());
     cron_jobs.spawn(stop.clone());
+    stateful_sets.spawn(stop.clone());
+    revisions.spawn(stop.clone());
     let mut stop_wait = stop.clone();
     // A stop while the caches sync ends their watches too: check the stop first so a manager
     // stopped early shuts down cleanly instead of reporting a cache failure.
@@ -338,6 +356,7 @@ async fn controllers(
         ),
         ttl::run(ttl_ctx, ttl_triggers, stopped(stop.clone())),
         cronjob::run(cj_ctx, cj_triggers.0, cj_triggers.1, stopped(stop.clone())),
+        statefulset::run(sts_ctx, sts_triggers.0, sts_triggers.1, stopped(stop.clone())),
     );
     Ok(())
 }

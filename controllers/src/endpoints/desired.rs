@@ -135,6 +135,15 @@ fn target_ref(pod: &Pod) -> ObjectReference {
     }
 }
 
+/// The pod's DNS hostname within the Service: `spec.hostname` when the pod's `subdomain` names this
+/// Service (what StatefulSets set, giving `web-0.web.<ns>.svc`), as Kubernetes' endpoint controllers.
+fn hostname(svc: &Service, pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let host = spec.hostname.as_deref().filter(|h| !h.is_empty())?;
+    let same = spec.subdomain.as_deref() == Some(svc.name_any().as_str()) && pod.metadata.namespace == svc.namespace();
+    same.then(|| host.to_string())
+}
+
 fn owned_meta(svc: &Service, name: String, labels: Option<BTreeMap<String, String>>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
@@ -156,6 +165,7 @@ pub fn desired_endpoints(svc: &Service, pods: &[Pod]) -> Endpoints {
             for m in members {
                 let addr = EndpointAddress {
                     ip: m.ip,
+                    hostname: hostname(svc, m.pod),
                     node_name: m.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                     target_ref: Some(target_ref(m.pod)),
                     ..EndpointAddress::default()
@@ -242,6 +252,7 @@ pub fn desired_slices(svc: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
                         serving: Some(m.ready),
                         terminating: Some(m.terminating),
                     }),
+                    hostname: hostname(svc, m.pod),
                     node_name: m.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                     target_ref: Some(target_ref(m.pod)),
                     ..discovery::Endpoint::default()
@@ -397,6 +408,34 @@ mod tests {
             ]
         );
         assert_eq!(s.ports.as_ref().expect("ports")[0].port, Some(8080));
+    }
+
+    #[test]
+    fn pods_with_hostname_and_this_subdomain_publish_their_hostname() {
+        let with = |name: &str, ip: &str, host: Option<&str>, sub: &str| {
+            let mut p = pod(name, Some(ip), true);
+            let spec = p.spec.as_mut().expect("spec");
+            spec.hostname = host.map(String::from);
+            spec.subdomain = Some(sub.into());
+            p
+        };
+        let pods = vec![
+            with("web-0", "10.0.0.1", Some("web-0"), "web"),
+            with("other", "10.0.0.2", Some("other"), "db"),
+            with("nohost", "10.0.0.3", None, "web"),
+        ];
+        let slices = desired_slices(&svc(json!({"clusterIP": "None"})), &pods);
+        let hosts: Vec<Option<&str>> = slices[0].endpoints.iter().map(|e| e.hostname.as_deref()).collect();
+        assert_eq!(hosts, vec![Some("web-0"), None, None]);
+        let eps = desired_endpoints(&svc(json!({"clusterIP": "None"})), &pods);
+        let hosts: Vec<Option<&str>> = eps
+            .subsets
+            .iter()
+            .flatten()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .map(|a| a.hostname.as_deref())
+            .collect();
+        assert_eq!(hosts, vec![Some("web-0"), None, None]);
     }
 
     /// What the apiserver stores for `obj`: its defaults applied, read back.
