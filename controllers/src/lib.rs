@@ -14,6 +14,7 @@ pub mod gc;
 pub mod http;
 pub mod informer;
 pub mod job;
+pub mod localpath;
 pub use kaji_component::leader;
 pub mod meta;
 pub mod metrics;
@@ -36,9 +37,12 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service, ServiceAccount,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::runtime::watcher;
 use std::net::SocketAddr;
@@ -86,6 +90,8 @@ pub struct Config {
     pub root_ca: Option<String>,
     /// The Job controller's pod failure back-off.
     pub job_backoff: job::backoff::Settings,
+    /// The local-path provisioner (and its default `local-path` StorageClass); `None` turns it off.
+    pub local_path: Option<localpath::Settings>,
 }
 
 impl Default for Config {
@@ -100,6 +106,7 @@ impl Default for Config {
             pod_gc: podgc::Settings::default(),
             root_ca: None,
             job_backoff: job::backoff::Settings::default(),
+            local_path: None,
         }
     }
 }
@@ -254,6 +261,17 @@ async fn controllers(
         revisions: revisions.store(),
     });
     let sts_triggers = (stateful_sets.subscribe(), pods.subscribe());
+    let local_path = config.local_path.clone().map(|settings| {
+        let mut claims = Informer::<PersistentVolumeClaim>::new(Api::all(client.clone()));
+        let mut volumes = Informer::<PersistentVolume>::new(Api::all(client.clone()));
+        let classes = Informer::<StorageClass>::new(Api::all(client.clone()));
+        let ctx = Arc::new(localpath::Ctx {
+            shared: shared(),
+            settings,
+            claims: claims.store(),
+            volumes: volumes.store(),
+            classes: classes.store(),
+        });
         let triggers = (claims.subscribe(), volumes.subscribe(), claims.subscribe());
         (ctx, triggers, (claims, volumes, classes))
     });
@@ -301,6 +319,22 @@ async fn controllers(
     cron_jobs.spawn(stop.clone());
     stateful_sets.spawn(stop.clone());
     revisions.spawn(stop.clone());
+    let local_path = match local_path {
+        Some((ctx, triggers, (claims, volumes, classes))) => {
+            let stores = (claims.store(), volumes.store(), classes.store());
+            claims.spawn(stop.clone());
+            volumes.spawn(stop.clone());
+            classes.spawn(stop.clone());
+            let ready = stores.0.wait_until_ready().await.is_ok()
+                && stores.1.wait_until_ready().await.is_ok()
+                && stores.2.wait_until_ready().await.is_ok();
+            if !ready {
+                return if *stop.borrow() { Ok(()) } else { Err(Error::CacheSync) };
+            }
+            Some((ctx, triggers))
+        }
+        None => None,
+    };
     let mut stop_wait = stop.clone();
     // A stop while the caches sync ends their watches too: check the stop first so a manager
     // stopped early shuts down cleanly instead of reporting a cache failure.
@@ -357,6 +391,11 @@ async fn controllers(
         ttl::run(ttl_ctx, ttl_triggers, stopped(stop.clone())),
         cronjob::run(cj_ctx, cj_triggers.0, cj_triggers.1, stopped(stop.clone())),
         statefulset::run(sts_ctx, sts_triggers.0, sts_triggers.1, stopped(stop.clone())),
+        async {
+            if let Some((ctx, (claims, volumes, claims_for_volumes))) = local_path {
+                localpath::run(ctx, claims, volumes, claims_for_volumes, stopped(stop.clone())).await;
+            }
+        },
     );
     Ok(())
 }
