@@ -324,7 +324,11 @@ async fn bind_pod(
     start: Instant,
 ) {
     let info = qp.info;
-    match select_node(client, volumes, &info, node).await.and(binder::bind(client, &info, node).await) {
+    let bound = match select_node(client, volumes, &info, node).await {
+        Ok(()) => binder::bind(client, &info, node).await,
+        Err(e) => Err(e),
+    };
+    match bound {
         Ok(()) => {
             shared.metrics.attempt("scheduled");
             shared.metrics.e2e_duration.observe(start.elapsed().as_secs_f64());
