@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::Api;
 
 /// ConfigMaps and Secrets the pod refers to, fetched once per container start (None = missing).
@@ -14,6 +14,22 @@ pub struct Refs {
     pub services: Vec<Service>,
     pub config_maps: HashMap<String, Option<BTreeMap<String, String>>>,
     pub secrets: HashMap<String, Option<BTreeMap<String, Vec<u8>>>>,
+    /// PersistentVolumeClaims of the pod's volumes, by claim name.
+    pub claims: HashMap<String, ClaimState>,
+}
+
+/// Where a claim of a pod's volume stands, as the agent needs it to mount it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimState {
+    Missing,
+    /// Not bound to a volume yet (a WaitForFirstConsumer claim waits for its provisioner).
+    Unbound,
+    /// Bound to this PersistentVolume, at this path on the node (its hostPath or local path;
+    /// `None` for a volume source the agent cannot mount).
+    Bound {
+        volume: String,
+        path: Option<String>,
+    },
 }
 
 impl Refs {
@@ -58,6 +74,31 @@ impl Refs {
             }
         }
         let mut refs = Refs::default();
+        let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let Some(c) = &v.persistent_volume_claim else { continue };
+            let state = match claim_api.get_opt(&c.claim_name).await? {
+                None => ClaimState::Missing,
+                Some(pvc) => {
+                    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                    match pvc.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty() && bound) {
+                        None => ClaimState::Unbound,
+                        Some(volume) => {
+                            let pv = Api::<PersistentVolume>::all(client.clone()).get_opt(&volume).await?;
+                            let spec = pv.and_then(|pv| pv.spec);
+                            let path = spec.as_ref().and_then(|s| {
+                                s.host_path
+                                    .as_ref()
+                                    .map(|h| h.path.clone())
+                                    .or_else(|| s.local.as_ref().map(|l| l.path.clone()))
+                            });
+                            ClaimState::Bound { volume, path }
+                        }
+                    }
+                }
+            };
+            refs.claims.insert(c.claim_name.clone(), state);
+        }
         if container.is_some() {
             let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
             if links {

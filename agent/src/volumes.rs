@@ -1,4 +1,5 @@
-//! A pod's volumes on the node: emptyDir (disk or tmpfs), hostPath, configMap, secret,
+//! A pod's volumes on the node: emptyDir (disk or tmpfs), hostPath, persistentVolumeClaim (the
+//! bound PersistentVolume's hostPath or local directory), configMap, secret,
 //! downwardAPI and projected files written atomically (`..data` swap, as kubelet's AtomicWriter),
 //! the pod's /etc/hosts, /etc/resolv.conf and /etc/hostname, and the teardown of all of it.
 
@@ -9,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::{KeyToPath, Pod, Volume};
 use nix::mount::{MntFlags, MsFlags};
 
-use crate::env::{self, Refs};
+use crate::env::{self, ClaimState, Refs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,6 +75,9 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     if let Some(hp) = &v.host_path {
         return host_path(&hp.path, hp.type_.as_deref().unwrap_or(""));
+    }
+    if let Some(c) = &v.persistent_volume_claim {
+        return claim_path(&c.claim_name, refs.claims.get(&c.claim_name));
     }
     let path = dir.volume(&v.name);
     std::fs::create_dir_all(&path).map_err(io("create", &path))?;
@@ -165,6 +169,27 @@ fn project_ref(
         Some(data) => project(files, &data, r.items, mode, kind, ns, r.name),
         None if r.optional.unwrap_or(false) => Ok(()),
         None => Err(Error::Config(format!("{lower} \"{}\" not found", r.name))),
+    }
+}
+
+/// The node directory of a claim's bound volume (a local-path volume's directory is made here,
+/// on the node, the first time a pod uses it); an unbound or missing claim waits.
+fn claim_path(name: &str, state: Option<&ClaimState>) -> Result<PathBuf> {
+    match state {
+        None | Some(ClaimState::Missing) => Err(Error::Config(format!("persistentvolumeclaim {name:?} not found"))),
+        Some(ClaimState::Unbound) => Err(Error::Config(format!("persistentvolumeclaim {name:?} is not bound"))),
+        Some(ClaimState::Bound { volume, path: None }) => Err(Error::Config(format!(
+            "persistentvolume {volume:?} of claim {name:?} has no hostPath or local path the node can mount"
+        ))),
+        Some(ClaimState::Bound { path: Some(p), .. }) => {
+            // World-writable as local-path-provisioner makes it, so non-root containers can write.
+            let fresh = !Path::new(p).exists();
+            let dir = host_path(p, "DirectoryOrCreate")?;
+            if fresh {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(io("chmod", &dir))?;
+            }
+            Ok(dir)
+        }
     }
 }
 
@@ -473,6 +498,22 @@ mod tests {
         let items = [KeyToPath { key: "missing".into(), path: "x".into(), mode: None }];
         let err = project(&mut out, &data, Some(&items), 0o644, "ConfigMap", "ns", "cm").expect_err("missing key");
         assert_eq!(err.to_string(), "couldn't find key missing in ConfigMap ns/cm");
+    }
+
+    #[test]
+    fn claims_mount_their_bound_volume_or_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let at = dir.path().join("pvc-1_default_data-web-0");
+        let bound = ClaimState::Bound { volume: "pvc-1".into(), path: Some(at.to_str().expect("utf8").into()) };
+        assert_eq!(claim_path("data-web-0", Some(&bound)).expect("mounts"), at);
+        assert!(at.is_dir(), "a local-path directory is made on first use");
+        let waiting = |s: Option<&ClaimState>| match claim_path("c", s) {
+            Err(Error::Config(m)) => m,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(waiting(None), "persistentvolumeclaim \"c\" not found");
+        assert_eq!(waiting(Some(&ClaimState::Unbound)), "persistentvolumeclaim \"c\" is not bound");
+        assert!(waiting(Some(&ClaimState::Bound { volume: "nfs".into(), path: None })).contains("no hostPath"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
-//! DaemonSet, Job, CronJob, TTL-after-finished, node lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA
-//! publisher and ClusterRole aggregation loops on
+//! DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node lifecycle, node IPAM, garbage
+//! collector, namespace, pod GC, ServiceAccount, root CA publisher, ClusterRole aggregation and
+//! local-path provisioner loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod clusterroleaggregation;
@@ -15,6 +16,7 @@ pub mod gc;
 pub mod http;
 pub mod informer;
 pub mod job;
+pub mod localpath;
 pub use kaji_component::leader;
 pub mod meta;
 pub mod metrics;
@@ -26,6 +28,7 @@ pub mod replicaset;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod shared;
+pub mod statefulset;
 pub mod ttl;
 
 use crate::informer::Informer;
@@ -33,12 +36,15 @@ use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service, ServiceAccount,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::runtime::watcher;
 use std::net::SocketAddr;
@@ -86,6 +92,8 @@ pub struct Config {
     pub root_ca: Option<String>,
     /// The Job controller's pod failure back-off.
     pub job_backoff: job::backoff::Settings,
+    /// The local-path provisioner (and its default `local-path` StorageClass); `None` turns it off.
+    pub local_path: Option<localpath::Settings>,
 }
 
 impl Default for Config {
@@ -100,6 +108,7 @@ impl Default for Config {
             pod_gc: podgc::Settings::default(),
             root_ca: None,
             job_backoff: job::backoff::Settings::default(),
+            local_path: None,
         }
     }
 }
@@ -250,6 +259,28 @@ async fn controllers(
     let ds_ctx =
         Arc::new(daemonset::Ctx::new(shared(), daemon_sets.store(), pods.store(), nodes.store(), revisions.store()));
     let ds_triggers = (daemon_sets.subscribe(), pods.subscribe(), nodes.subscribe(), revisions.subscribe());
+    let mut stateful_sets = Informer::<StatefulSet>::new(Api::all(client.clone()));
+    let sts_ctx = Arc::new(statefulset::Ctx {
+        shared: shared(),
+        sets: stateful_sets.store(),
+        pods: pods.store(),
+        revisions: revisions.store(),
+    });
+    let sts_triggers = (stateful_sets.subscribe(), pods.subscribe());
+    let local_path = config.local_path.clone().map(|settings| {
+        let mut claims = Informer::<PersistentVolumeClaim>::new(Api::all(client.clone()));
+        let mut volumes = Informer::<PersistentVolume>::new(Api::all(client.clone()));
+        let classes = Informer::<StorageClass>::new(Api::all(client.clone()));
+        let ctx = Arc::new(localpath::Ctx {
+            shared: shared(),
+            settings,
+            claims: claims.store(),
+            volumes: volumes.store(),
+            classes: classes.store(),
+        });
+        let triggers = (claims.subscribe(), volumes.subscribe(), claims.subscribe());
+        (ctx, triggers, (claims, volumes, classes))
+    });
 
     let stores_ready = {
         let (p, s, d) = (pods.store(), sets.store(), deployments.store());
@@ -257,7 +288,7 @@ async fn controllers(
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
         let (j, cj) = (jobs.store(), cron_jobs.store());
-        let (dss, crs) = (daemon_sets.store(), revisions.store());
+        let (dss, crs, sts) = (daemon_sets.store(), revisions.store(), stateful_sets.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -275,6 +306,7 @@ async fn controllers(
                 && cj.wait_until_ready().await.is_ok()
                 && dss.wait_until_ready().await.is_ok()
                 && crs.wait_until_ready().await.is_ok()
+                && sts.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -293,7 +325,24 @@ async fn controllers(
     jobs.spawn(stop.clone());
     cron_jobs.spawn(stop.clone());
     daemon_sets.spawn(stop.clone());
+    stateful_sets.spawn(stop.clone());
     revisions.spawn(stop.clone());
+    let local_path = match local_path {
+        Some((ctx, triggers, (claims, volumes, classes))) => {
+            let stores = (claims.store(), volumes.store(), classes.store());
+            claims.spawn(stop.clone());
+            volumes.spawn(stop.clone());
+            classes.spawn(stop.clone());
+            let ready = stores.0.wait_until_ready().await.is_ok()
+                && stores.1.wait_until_ready().await.is_ok()
+                && stores.2.wait_until_ready().await.is_ok();
+            if !ready {
+                return if *stop.borrow() { Ok(()) } else { Err(Error::CacheSync) };
+            }
+            Some((ctx, triggers))
+        }
+        None => None,
+    };
     let mut stop_wait = stop.clone();
     // A stop while the caches sync ends their watches too: check the stop first so a manager
     // stopped early shuts down cleanly instead of reporting a cache failure.
@@ -350,6 +399,12 @@ async fn controllers(
         ttl::run(ttl_ctx, ttl_triggers, stopped(stop.clone())),
         cronjob::run(cj_ctx, cj_triggers.0, cj_triggers.1, stopped(stop.clone())),
         daemonset::run(ds_ctx, ds_triggers.0, ds_triggers.1, ds_triggers.2, ds_triggers.3, stopped(stop.clone())),
+        statefulset::run(sts_ctx, sts_triggers.0, sts_triggers.1, stopped(stop.clone())),
+        async {
+            if let Some((ctx, (claims, volumes, claims_for_volumes))) = local_path {
+                localpath::run(ctx, claims, volumes, claims_for_volumes, stopped(stop.clone())).await;
+            }
+        },
     );
     Ok(())
 }

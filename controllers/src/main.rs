@@ -67,6 +67,16 @@ struct Args {
     /// namespace, for pods to verify the apiserver with; without it nothing is published.
     #[arg(long)]
     root_ca_file: Option<std::path::PathBuf>,
+    /// Run the local-path provisioner: a default `local-path` StorageClass whose claims get a
+    /// directory on the node their first pod is scheduled to.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    local_path_provisioner: bool,
+    /// Where each node keeps local-path volumes; `{node}` is replaced by the node's name.
+    #[arg(long, default_value = "/var/lib/kaji/local-path")]
+    local_path_dir: String,
+    /// The image of the helper pod that removes a deleted volume's directory on its node.
+    #[arg(long, default_value = "busybox")]
+    local_path_helper_image: String,
 }
 
 #[tokio::main]
@@ -105,6 +115,11 @@ async fn main() -> anyhow::Result<()> {
         },
         root_ca,
         job_backoff: kaji_controllers::job::backoff::Settings::default(),
+        local_path: args.local_path_provisioner.then(|| kaji_controllers::localpath::Settings {
+            dir: args.local_path_dir.clone(),
+            helper_image: args.local_path_helper_image.clone(),
+            ..Default::default()
+        }),
     };
     let handle = kaji_controllers::start(
         args.api.client(concat!("kaji-controller-manager/", env!("CARGO_PKG_VERSION"))).await?,

@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
@@ -50,6 +51,32 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReferenc
         controller: Some(true),
         block_owner_deletion: Some(true),
     }
+}
+
+/// The owners of kind `K` a child's change concerns: its controller if that is a `K`, else (an
+/// orphan) every `K` in its namespace whose selector matches it.
+pub fn owners_of<K>(
+    owners: &Store<K>,
+    child: &ObjectMeta,
+    selector: impl Fn(&K) -> Option<&LabelSelector>,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let ns = child.namespace.as_deref().unwrap_or_default();
+    if let Some(owner) = controller_of(child) {
+        if owner.kind == K::kind(&()) {
+            return vec![ObjectRef::new(&owner.name).within(ns)];
+        }
+        return Vec::new();
+    }
+    owners
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+        .filter(|o| selector(o).and_then(Selector::for_workload).is_some_and(|s| s.matches(child.labels.as_ref())))
+        .map(|o| ObjectRef::from_obj(&**o))
+        .collect()
 }
 
 /// What a controller does with one candidate child.

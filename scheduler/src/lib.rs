@@ -115,15 +115,27 @@ async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut stop
     let mut stop_rx = stop.clone();
     let work = async {
         let (pods, mut synced) = scheduler::start_watchers(&client, &shared, &config.scheduler_name, &stop);
+        let volumes = scheduler::start_volume_watchers(&client, &shared, &stop);
+        let volumes_ready = {
+            let v = volumes.clone();
+            async move {
+                let _ = v.claims.wait_until_ready().await;
+                let _ = v.volumes.wait_until_ready().await;
+                let _ = v.classes.wait_until_ready().await;
+            }
+        };
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            _ = synced.wait_for(|s| *s) => {}
+            _ = async { let _ = synced.wait_for(|s| *s).await; volumes_ready.await } => {}
         }
         tracing::info!(nodes = shared.cache.lock().map(|c| c.node_count()).unwrap_or(0), "caches synced; scheduling");
         let (recorder, writer) = binder::Recorder::new(client.clone(), pods, config.scheduler_name.clone());
         tokio::spawn(writer);
         let framework = plugins::default_framework(config.scoring_strategy, config.percentage_of_nodes_to_score);
-        scheduler::schedule_loop(client.clone(), shared.clone(), framework, recorder, &config, stop.clone()).await;
+        let framework = plugins::with_volumes(framework, volumes.clone());
+        let binding = plugins::volume_binding::VolumeBinding(volumes);
+        scheduler::schedule_loop(client.clone(), shared.clone(), framework, recorder, binding, &config, stop.clone())
+            .await;
     };
     if let leader::Led::Lost(name) =
         leader::while_leading(&client, config.leader_election.as_ref(), &mut stop_rx, work).await

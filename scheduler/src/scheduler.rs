@@ -6,11 +6,13 @@ use crate::cache::{is_terminal, node_name, Cache};
 use crate::framework::Framework;
 use crate::metrics::Metrics;
 use crate::nodeinfo::PodInfo;
+use crate::plugins::volume_binding::{self, VolumeBinding};
 use crate::queue::{QueuedPod, SchedulingQueue};
 use crate::Config;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use std::collections::HashSet;
@@ -187,15 +189,66 @@ pub fn start_watchers(
     (pods, all_rx)
 }
 
+/// Reflectors for the claims, volumes and storage classes the VolumeBinding filter reads; a change
+/// to a claim or volume lets parked pods try again. The stores are ready once listed.
+pub fn start_volume_watchers(
+    client: &kube::Client,
+    shared: &Arc<Shared>,
+    stop: &watch::Receiver<bool>,
+) -> volume_binding::Stores {
+    fn follow<K>(api: Api<K>, shared: Option<Arc<Shared>>, stop: watch::Receiver<bool>) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff().modify(|o| o.meta_mut().managed_fields = None),
+        );
+        let mut stop = stop;
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => break,
+                    ev = stream.next() => match ev {
+                        Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) => {
+                            if let Some(shared) = &shared {
+                                shared.queue.with(|q| q.move_all(Instant::now()));
+                            }
+                        }
+                        Some(_) => {}
+                        None => break,
+                    },
+                }
+            }
+        });
+        store
+    }
+    volume_binding::Stores {
+        claims: follow(Api::<PersistentVolumeClaim>::all(client.clone()), Some(shared.clone()), stop.clone()),
+        volumes: follow(Api::<PersistentVolume>::all(client.clone()), Some(shared.clone()), stop.clone()),
+        classes: follow(Api::<StorageClass>::all(client.clone()), None, stop.clone()),
+    }
+}
+
 /// The scheduling loop: runs until `stop` turns true, then waits for bindings in flight.
 pub async fn schedule_loop(
     client: kube::Client,
     shared: Arc<Shared>,
     framework: Framework,
     recorder: Recorder,
+    volumes: VolumeBinding,
     config: &Config,
     mut stop: watch::Receiver<bool>,
 ) {
+    let volumes = Arc::new(volumes);
     let binds = Arc::new(Semaphore::new(config.bind_concurrency.max(1)));
     let mut next_start = 0usize;
     let mut rng = fastrand::Rng::new();
@@ -210,9 +263,10 @@ pub async fn schedule_loop(
         let decided = span.in_scope(|| decide(&shared, &framework, &qp, &mut next_start, &mut rng, &recorder));
         if let Some(node) = decided {
             let (client, shared, recorder) = (client.clone(), shared.clone(), recorder.clone());
+            let volumes = volumes.clone();
             tokio::spawn(
                 async move {
-                    bind_pod(&client, &shared, &recorder, qp, &node, start).await;
+                    bind_pod(&client, &shared, &recorder, &volumes, qp, &node, start).await;
                     drop(permit);
                 }
                 .instrument(span),
@@ -264,12 +318,17 @@ async fn bind_pod(
     client: &kube::Client,
     shared: &Shared,
     recorder: &Recorder,
+    volumes: &VolumeBinding,
     qp: QueuedPod,
     node: &str,
     start: Instant,
 ) {
     let info = qp.info;
-    match binder::bind(client, &info, node).await {
+    let bound = match select_node(client, volumes, &info, node).await {
+        Ok(()) => binder::bind(client, &info, node).await,
+        Err(e) => Err(e),
+    };
+    match bound {
         Ok(()) => {
             shared.metrics.attempt("scheduled");
             shared.metrics.e2e_duration.observe(start.elapsed().as_secs_f64());
@@ -292,4 +351,21 @@ async fn bind_pod(
             }
         }
     }
+}
+
+/// PreBind: names the chosen node on the pod's unbound WaitForFirstConsumer claims, for their
+/// provisioner to make the volume there.
+async fn select_node(
+    client: &kube::Client,
+    volumes: &VolumeBinding,
+    info: &PodInfo,
+    node: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &info.namespace);
+    for claim in volumes.to_select(info, node) {
+        let patch = serde_json::json!({"metadata": {"annotations": {volume_binding::SELECTED_NODE: node}}});
+        api.patch(&claim, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        tracing::debug!(claim = %claim, node = %node, "selected the node for a claim");
+    }
+    Ok(())
 }

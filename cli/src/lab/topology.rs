@@ -335,6 +335,14 @@ impl Lab {
         };
         for (suffix, offset) in &instances {
             let mut args = argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]);
+            // The lab's nodes share one disk: each keeps its local-path volumes in its own directory.
+            let volumes = self.dir.join("local-path").join("{node}");
+            args.extend(argv(&[
+                "--local-path-dir",
+                &volumes.to_string_lossy(),
+                "--local-path-helper-image",
+                DEMO_IMAGE,
+            ]));
             args.extend(elected(CONTROLLER_MANAGER_PORT, *offset));
             all.push(Component {
                 name: format!("controller-manager{suffix}"),

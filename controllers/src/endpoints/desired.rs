@@ -410,6 +410,34 @@ mod tests {
         assert_eq!(s.ports.as_ref().expect("ports")[0].port, Some(8080));
     }
 
+    #[test]
+    fn pods_with_hostname_and_this_subdomain_publish_their_hostname() {
+        let with = |name: &str, ip: &str, host: Option<&str>, sub: &str| {
+            let mut p = pod(name, Some(ip), true);
+            let spec = p.spec.as_mut().expect("spec");
+            spec.hostname = host.map(String::from);
+            spec.subdomain = Some(sub.into());
+            p
+        };
+        let pods = vec![
+            with("web-0", "10.0.0.1", Some("web-0"), "web"),
+            with("other", "10.0.0.2", Some("other"), "db"),
+            with("nohost", "10.0.0.3", None, "web"),
+        ];
+        let slices = desired_slices(&svc(json!({"clusterIP": "None"})), &pods);
+        let hosts: Vec<Option<&str>> = slices[0].endpoints.iter().map(|e| e.hostname.as_deref()).collect();
+        assert_eq!(hosts, vec![Some("web-0"), None, None]);
+        let eps = desired_endpoints(&svc(json!({"clusterIP": "None"})), &pods);
+        let hosts: Vec<Option<&str>> = eps
+            .subsets
+            .iter()
+            .flatten()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .map(|a| a.hostname.as_deref())
+            .collect();
+        assert_eq!(hosts, vec![Some("web-0"), None, None]);
+    }
+
     /// What the apiserver stores for `obj`: its defaults applied, read back.
     fn as_stored<K: serde::Serialize + serde::de::DeserializeOwned>(kind: &str, obj: &K) -> K {
         let mut v = serde_json::to_value(obj).expect("serializes");

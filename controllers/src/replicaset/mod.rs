@@ -5,7 +5,7 @@
 pub mod plan;
 
 use crate::expectations::{Expectations, Seen};
-use crate::meta::{self, claim, controller_of, controller_ref, pod_is_active, Claim, Selector};
+use crate::meta::{self, claim, controller_ref, pod_is_active, Claim, Selector};
 use crate::shared::{Shared, RESYNC};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -201,22 +201,7 @@ fn new_pod(rs: &ReplicaSet) -> Pod {
 /// The sets a pod change concerns: its controller if that is a ReplicaSet, else (an orphan) every
 /// set in its namespace whose selector matches it.
 pub fn sets_for_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    if let Some(owner) = controller_of(&pod.metadata) {
-        if owner.kind == "ReplicaSet" {
-            return vec![ObjectRef::new(&owner.name).within(ns)];
-        }
-        return Vec::new();
-    }
-    sets.state()
-        .iter()
-        .filter(|rs| rs.metadata.namespace.as_deref() == Some(ns))
-        .filter(|rs| {
-            let sel = rs.spec.as_ref().and_then(|s| Selector::for_workload(&s.selector));
-            sel.is_some_and(|s| s.matches(pod.metadata.labels.as_ref()))
-        })
-        .map(|rs| ObjectRef::from_obj(&**rs))
-        .collect()
+    meta::owners_of(sets, &pod.metadata, |rs| rs.spec.as_ref().map(|s| &s.selector))
 }
 
 /// Runs the controller until `stop` resolves.

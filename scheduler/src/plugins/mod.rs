@@ -11,6 +11,7 @@ pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod selector_spread;
 pub mod taint_toleration;
+pub mod volume_binding;
 
 use crate::framework::Framework;
 pub use node_resources_fit::ScoringStrategy;
@@ -38,6 +39,12 @@ pub fn default_framework(strategy: ScoringStrategy, percentage_of_nodes_to_score
         ],
         percentage_of_nodes_to_score,
     }
+}
+
+/// The default profile with the VolumeBinding filter over these claim, volume and class caches.
+pub fn with_volumes(mut framework: Framework, stores: volume_binding::Stores) -> Framework {
+    framework.filters.push(Box::new(volume_binding::VolumeBinding(stores)));
+    framework
 }
 
 #[cfg(test)]
