@@ -60,6 +60,12 @@ impl ApiArgs {
                 config.cluster_url = master.parse().with_context(|| format!("--master {master}"))?;
             }
         }
+        // kube-rs builds its TLS connector even for a plain-HTTP apiserver, and without a CA it
+        // loads the system's roots — which a minimal pod image (kaji-dns) does not have, so the
+        // client failed to build. Plain HTTP trusts no certificate: give it an empty set.
+        if config.cluster_url.scheme_str() == Some("http") && config.root_cert.is_none() {
+            config.root_cert = Some(Vec::new());
+        }
         let value = http::HeaderValue::from_str(user_agent).with_context(|| format!("user agent {user_agent:?}"))?;
         config.headers.push((http::header::USER_AGENT, value));
         Ok(config)
@@ -158,6 +164,18 @@ mod tests {
         assert_eq!(ua, ["kaji-test/1.2.3"]);
         assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:1/");
         assert!(args.config("bad\nagent").await.is_err());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_plain_http_apiserver_needs_no_trust_store() -> anyhow::Result<()> {
+        // A pod image without system CA certificates must still get a client for http://.
+        let plain = ApiArgs { master: Some("http://10.0.0.1:7001".into()), kubeconfig: None };
+        assert_eq!(plain.config("kaji-test/1").await?.root_cert, Some(Vec::new()));
+        plain.client("kaji-test/1").await?;
+        // https keeps the system's roots (or the kubeconfig's CA): nothing is trusted by default.
+        let tls = ApiArgs { master: Some("https://10.0.0.1:6443".into()), kubeconfig: None };
+        assert_eq!(tls.config("kaji-test/1").await?.root_cert, None);
         Ok(())
     }
 
