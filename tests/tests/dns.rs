@@ -189,9 +189,10 @@ fn service_names_resolve_short_and_full(lab: &Lab) {
     lookup(lab, NS, "client", "kube-dns.kube-system.svc.cluster.local", &["10.96.0.10".to_string()]);
 }
 
+/// busybox's `wget -T` segfaults (machine-facts.md): `timeout 5 wget` bounds each try instead.
 fn a_service_answers_by_its_name(lab: &Lab) {
     wait_for("wget http://web.dns-e2e.svc.cluster.local", WAIT, || {
-        let (ok, out) = exec(lab, NS, "client", "wget -q -T 5 -O- http://web.dns-e2e.svc.cluster.local/");
+        let (ok, out) = exec(lab, NS, "client", "timeout 5 wget -q -O- http://web.dns-e2e.svc.cluster.local/");
         if ok && out.contains("hello from web") {
             Ok(())
         } else {
@@ -199,7 +200,7 @@ fn a_service_answers_by_its_name(lab: &Lab) {
         }
     });
     for url in ["http://web/", "http://web.dns-e2e/", "http://web.dns-e2e.svc/"] {
-        let (ok, out) = exec(lab, NS, "client", &format!("wget -q -T 5 -O- {url}"));
+        let (ok, out) = exec(lab, NS, "client", &format!("timeout 5 wget -q -O- {url}"));
         assert!(ok && out.contains("hello from web"), "{url} through the search path: {out}");
     }
 }
@@ -241,10 +242,10 @@ fn headless_pods_resolve_by_hostname_and_subdomain(lab: &Lab) {
     lookup(lab, NS, "client", "web.dns-sts.svc.cluster.local", &[ip0, ip1]);
     // What a StatefulSet's members do: reach each other as <hostname>.<service>.
     for (from, to) in [("web-0", "web-1"), ("web-1", "web-0")] {
-        let (ok, out) = exec(lab, STS, from, &format!("wget -q -T 5 -O- http://{to}.web:8080/"));
+        let (ok, out) = exec(lab, STS, from, &format!("timeout 5 wget -q -O- http://{to}.web:8080/"));
         assert!(ok && out.contains(&format!("hello from {to}")), "{from} → {to}.web: {out}");
     }
-    let (ok, out) = exec(lab, NS, "client", "wget -q -T 5 -O- http://web-0.web.dns-sts:8080/");
+    let (ok, out) = exec(lab, NS, "client", "timeout 5 wget -q -O- http://web-0.web.dns-sts:8080/");
     assert!(ok && out.contains("hello from web-0"), "{out}");
 }
 
@@ -292,7 +293,7 @@ fn metrics_count_the_queries(lab: &Lab) {
         .iter()
         .map(|p| {
             let ip = s(&p["status"]["podIP"]);
-            let (ok, out) = exec(lab, NS, "client", &format!("wget -q -T 5 -O- http://{ip}:9153/metrics"));
+            let (ok, out) = exec(lab, NS, "client", &format!("timeout 5 wget -q -O- http://{ip}:9153/metrics"));
             assert!(ok, "{out}");
             out.lines()
                 .filter(|l| l.starts_with("coredns_dns_requests_total"))
@@ -305,7 +306,7 @@ fn metrics_count_the_queries(lab: &Lab) {
         .iter()
         .map(|p| {
             let ip = s(&p["status"]["podIP"]);
-            let (_, out) = exec(lab, NS, "client", &format!("wget -q -T 5 -O- http://{ip}:9153/metrics"));
+            let (_, out) = exec(lab, NS, "client", &format!("timeout 5 wget -q -O- http://{ip}:9153/metrics"));
             out.lines()
                 .filter(|l| l.starts_with("coredns_forward_requests_total"))
                 .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
