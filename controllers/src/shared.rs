@@ -3,7 +3,11 @@
 
 use crate::events::Recorder;
 use crate::metrics::Metrics;
-use kube::runtime::controller::Action;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,6 +56,33 @@ impl Shared {
 pub fn backoff_delay(failures: u32) -> Duration {
     let ms = 250u64.saturating_mul(1u64 << failures.saturating_sub(1).min(20));
     Duration::from_millis(ms.min(120_000))
+}
+
+/// Runs a controller of the pods' owners of kind `K` (ReplicaSet, StatefulSet, Job) until `stop`:
+/// each owner reconciled on its own changes and on those of the pods `owners_of` maps to it.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_owner_of_pods<K, C, E, F>(
+    ctx: Arc<C>,
+    store: Store<K>,
+    owners: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    pods: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
+    owners_of: fn(&Store<K>, &Pod) -> Vec<ObjectRef<K>>,
+    reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
+    error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let mapped = store.clone();
+    Controller::for_stream(owners, store)
+        .watches_stream(pods, move |pod| owners_of(&mapped, &pod))
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -380,11 +380,6 @@ pub async fn run(
 ) {
     let store = ctx.jobs.clone();
     let cleanup = tokio::spawn(release_orphans(ctx.clone(), orphans));
-    Controller::for_stream(jobs, ctx.jobs.clone())
-        .watches_stream(pods, move |pod| jobs_for_pod(&store, &pod))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    crate::shared::run_owner_of_pods(ctx, store, jobs, pods, jobs_for_pod, reconcile, error_policy, stop).await;
     cleanup.abort();
 }

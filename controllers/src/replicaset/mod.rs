@@ -7,12 +7,12 @@ pub mod plan;
 use crate::expectations::{Expectations, Seen};
 use crate::meta::{self, claim, controller_ref, pod_is_active, Claim, Selector};
 use crate::shared::{Shared, RESYNC};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -212,10 +212,5 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.sets.clone();
-    Controller::for_stream(sets, ctx.sets.clone())
-        .watches_stream(pods, move |pod| sets_for_pod(&store, &pod))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    crate::shared::run_owner_of_pods(ctx, store, sets, pods, sets_for_pod, reconcile, error_policy, stop).await;
 }

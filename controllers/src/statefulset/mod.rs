@@ -10,11 +10,11 @@ pub mod revision;
 
 use crate::meta::{self, claim, controller_of, controller_ref, Claim, Selector};
 use crate::shared::{Shared, RESYNC};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -274,10 +274,5 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.sets.clone();
-    Controller::for_stream(sets, ctx.sets.clone())
-        .watches_stream(pods, move |pod| sets_for_pod(&store, &pod))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    crate::shared::run_owner_of_pods(ctx, store, sets, pods, sets_for_pod, reconcile, error_policy, stop).await;
 }
