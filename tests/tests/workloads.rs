@@ -1,7 +1,8 @@
 //! The workload controllers on a real 3-node `kaji lab`, driven by kubectl: a DaemonSet has a pod
 //! on every node and on a node added later, rolls an update out and back; Jobs complete (`kubectl
 //! wait` returns) or stop at their backoffLimit; a CronJob runs every minute and keeps its history
-//! limit. Needs root; fails when a requirement is missing.
+//! limit; a node whose agent dies has its pods marked not Ready (out of their Services) until the
+//! agent is back. Needs root; fails when a requirement is missing.
 
 use kaji_e2e::{json, wait_for, Lab, Value};
 use std::collections::BTreeSet;
@@ -23,6 +24,7 @@ fn workloads_on_a_lab() {
     a_job_completes_and_kubectl_wait_returns(&lab);
     a_failing_job_stops_at_its_backoff_limit(&lab);
     a_cron_job_runs_every_minute_and_keeps_its_history_limit(&lab, cron_created);
+    a_lost_nodes_pods_leave_their_service_until_its_agent_is_back(&lab);
 
     let down = lab.down();
     assert!(down.status.success(), "kaji lab down failed:\n{}", String::from_utf8_lossy(&down.stderr));
@@ -258,4 +260,80 @@ fn a_cron_job_runs_every_minute_and_keeps_its_history_limit(lab: &Lab, created: 
     for name in &seen {
         assert!(name.starts_with("tick-"), "job names are <cronjob>-<scheduled minute>: {name}");
     }
+}
+
+/// The pod's Ready condition ("True", "False", or "" without one).
+fn pod_ready(lab: &Lab, name: &str) -> String {
+    let p = lab.get_json(&["pod", name, "-n", NS]);
+    let ready = p["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready");
+    ready.and_then(|c| c["status"].as_str()).unwrap_or_default().to_string()
+}
+
+/// The Service's endpoint addresses: (ready, not ready).
+fn endpoint_ips(lab: &Lab, service: &str) -> (Vec<String>, Vec<String>) {
+    let e = lab.get_json(&["endpoints", service, "-n", NS]);
+    let ips = |field: &str| -> Vec<String> {
+        let subsets = e["subsets"].as_array().cloned().unwrap_or_default();
+        subsets
+            .iter()
+            .flat_map(|s| s[field].as_array().cloned().unwrap_or_default())
+            .map(|a| str_at(&a, "/ip"))
+            .collect()
+    };
+    (ips("addresses"), ips("notReadyAddresses"))
+}
+
+/// Kubernetes' MarkPodsNotReady: the node lifecycle controller sets Ready=False on the pods of a
+/// node whose kubelet went silent, so its Services stop sending them traffic long before the
+/// taint manager evicts them (5 min); the agent, back, reports them Ready again.
+fn a_lost_nodes_pods_leave_their_service_until_its_agent_is_back(lab: &Lab) {
+    let node = Lab::node_name(4);
+    lab.apply(&json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pinned", "namespace": NS, "labels": {"app": "pinned"}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": IMAGE, "command": ["sh", "-c", "sleep 3600"]}]},
+    }));
+    lab.apply(&json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "pinned", "namespace": NS},
+        "spec": {"selector": {"app": "pinned"}, "ports": [{"port": 80}]},
+    }));
+    let ip = wait_for("pod pinned Ready and in its Service", Duration::from_secs(60), || {
+        let ip = str_at(&lab.get_json(&["pod", "pinned", "-n", NS]), "/status/podIP");
+        let (ready, _) = endpoint_ips(lab, "pinned");
+        if pod_ready(lab, "pinned") == "True" && !ip.is_empty() && ready.contains(&ip) {
+            Ok(ip)
+        } else {
+            Err(format!("Ready {:?}, endpoints {ready:?}", pod_ready(lab, "pinned")))
+        }
+    });
+
+    lab.kill9("agent-4");
+    // The node goes Unknown after --node-monitor-grace-period (40 s), then its pods go not Ready.
+    wait_for("pod pinned not Ready and out of its Service's ready addresses", Duration::from_secs(120), || {
+        let (ready, not_ready) = endpoint_ips(lab, "pinned");
+        if pod_ready(lab, "pinned") == "False" && ready.is_empty() && not_ready.contains(&ip) {
+            Ok(())
+        } else {
+            Err(format!("Ready {:?}, endpoints {ready:?} / not ready {not_ready:?}", pod_ready(lab, "pinned")))
+        }
+    });
+    let n = lab.get_json(&["node", &node]);
+    let node_ready = n["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
+    assert_eq!(node_ready.as_ref().map(|c| c["status"].clone()), Some(json!("Unknown")), "{n}");
+    let events = lab.kubectl(&["get", "events", "-n", NS, "--field-selector", "involvedObject.name=pinned"]);
+    assert!(events.contains("NodeNotReady") && events.contains("Node is not ready"), "{events}");
+    assert_eq!(str_at(&lab.get_json(&["pod", "pinned", "-n", NS]), "/status/phase"), "Running", "not evicted yet");
+
+    let out = lab.kaji(&["restart", "agent-4"]);
+    assert!(out.status.success(), "restart agent-4: {}", String::from_utf8_lossy(&out.stderr));
+    wait_for("pod pinned Ready and in its Service again", Duration::from_secs(90), || {
+        let (ready, _) = endpoint_ips(lab, "pinned");
+        if pod_ready(lab, "pinned") == "True" && ready.contains(&ip) {
+            Ok(())
+        } else {
+            Err(format!("Ready {:?}, endpoints {ready:?}", pod_ready(lab, "pinned")))
+        }
+    });
 }

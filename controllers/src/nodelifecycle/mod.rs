@@ -1,11 +1,13 @@
 //! Node lifecycle controller. Desired: a node silent for longer than the grace period has its
 //! kubelet conditions Unknown; every node carries the taints its conditions call for; pods on a
+//! node that is not Ready are not Ready either (Kubernetes' MarkPodsNotReady); pods on a
 //! NoExecute-tainted node that do not tolerate it (any longer) are deleted. Observed: the Node, its
 //! Lease in `kube-node-lease`, and the pods bound to it.
 
 pub mod eviction;
 pub mod health;
 pub mod limiter;
+pub mod pods;
 
 use crate::meta::{self, pod_is_active};
 use crate::shared::Shared;
@@ -152,6 +154,10 @@ async fn sync(node: &Node, ctx: &Ctx, name: &str) -> Result<Action, Error> {
         }
     }
 
+    if pods::node_not_ready(&node) {
+        mark_pods_not_ready(ctx, name).await?;
+    }
+
     if let Some(next) = evict(&node, ctx, name).await? {
         requeue = requeue.min(next);
     }
@@ -184,6 +190,29 @@ async fn evict(node: &Node, ctx: &Ctx, name: &str) -> Result<Option<Duration>, E
         }
     }
     Ok(next)
+}
+
+/// Sets Ready=False on the node's pods that are still Ready, each with a `NodeNotReady` event, as
+/// Kubernetes' MarkPodsNotReady. Level-triggered: a failed write is retried on the next sync.
+async fn mark_pods_not_ready(ctx: &Ctx, name: &str) -> Result<(), Error> {
+    let now = jiff::Timestamp::now();
+    let on_node =
+        ctx.pods.state().into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name));
+    for pod in on_node {
+        let Some(conditions) = pods::not_ready_conditions(&pod, now) else { continue };
+        let mut updated = (*pod).clone();
+        updated.status.get_or_insert_with(Default::default).conditions = Some(conditions);
+        let api: Api<Pod> = Api::namespaced(ctx.shared.client.clone(), &pod.namespace().unwrap_or_default());
+        match api.replace_status(&pod.name_any(), &PostParams::default(), &updated).await {
+            Ok(_) => {
+                tracing::info!(pod = %meta::key(&pod.metadata), node = %name, "updating ready status of pod to false");
+                ctx.shared.recorder.warning(&updated, "NodeNotReady", "Node is not ready".to_string()).await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(api_err("mark a pod not ready", name)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Marks the pod as disrupted (DisruptionTarget, as Kubernetes does) and deletes it.
