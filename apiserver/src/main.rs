@@ -127,31 +127,6 @@ enum StorageKind {
     Etcd,
 }
 
-/// A duration as Go prints it for simple cases: `90`, `90s`, `5m`, `1h`, `1h30m`.
-fn parse_duration(s: &str) -> anyhow::Result<std::time::Duration> {
-    let s = s.trim();
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    let (mut total, mut num) = (0u64, String::new());
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            num.push(c);
-            continue;
-        }
-        let n: u64 = num.parse().with_context(|| format!("{s:?} is not a duration (e.g. 5m, 300s)"))?;
-        total += n * match c {
-            'h' => 3600,
-            'm' => 60,
-            's' => 1,
-            _ => anyhow::bail!("{s:?} is not a duration (e.g. 5m, 300s)"),
-        };
-        num.clear();
-    }
-    anyhow::ensure!(num.is_empty(), "{s:?} is not a duration (e.g. 5m, 300s)");
-    Ok(std::time::Duration::from_secs(total))
-}
-
 fn parse_range(s: &str) -> anyhow::Result<(u16, u16)> {
     let (a, b) = s.split_once('-').context("expected FIRST-LAST")?;
     let (a, b): (u16, u16) = (a.trim().parse()?, b.trim().parse()?);
@@ -216,9 +191,12 @@ async fn main() -> anyhow::Result<()> {
         Some(t) => t == "lease",
         None => args.storage == StorageKind::Etcd,
     };
-    config.event_ttl = parse_duration(&args.event_ttl).context("--event-ttl")?;
+    config.event_ttl =
+        kaji_component::duration::parse_duration(&args.event_ttl).map_err(anyhow::Error::msg).context("--event-ttl")?;
     if let Some(i) = &args.etcd_compaction_interval {
-        config.compaction_interval = parse_duration(i).context("--etcd-compaction-interval")?;
+        config.compaction_interval = kaji_component::duration::parse_duration(i)
+            .map_err(anyhow::Error::msg)
+            .context("--etcd-compaction-interval")?;
     }
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {

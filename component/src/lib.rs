@@ -81,15 +81,15 @@ pub struct LeaderArgs {
     pub leader_elect: bool,
     #[arg(long, default_value = "kube-system")]
     pub leader_elect_resource_namespace: String,
-    /// Seconds a lease lasts without renewal.
-    #[arg(long, default_value_t = 15)]
-    pub leader_elect_lease_duration: u64,
-    /// Seconds the leader keeps trying to renew before it gives up.
-    #[arg(long, default_value_t = 10)]
-    pub leader_elect_renew_deadline: u64,
-    /// Seconds between acquire/renew attempts.
-    #[arg(long, default_value_t = 2)]
-    pub leader_elect_retry_period: u64,
+    /// How long a lease lasts without renewal (a duration: 15s, or plain seconds).
+    #[arg(long, default_value = "15s", value_parser = duration::parse_duration)]
+    pub leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew before it gives up.
+    #[arg(long, default_value = "10s", value_parser = duration::parse_duration)]
+    pub leader_elect_renew_deadline: std::time::Duration,
+    /// The time between acquire/renew attempts.
+    #[arg(long, default_value = "2s", value_parser = duration::parse_duration)]
+    pub leader_elect_retry_period: std::time::Duration,
 }
 
 impl LeaderArgs {
@@ -99,9 +99,9 @@ impl LeaderArgs {
             lease_name: lease_name.to_string(),
             namespace: self.leader_elect_resource_namespace.clone(),
             identity: identity(component),
-            lease_duration: std::time::Duration::from_secs(self.leader_elect_lease_duration),
-            renew_deadline: std::time::Duration::from_secs(self.leader_elect_renew_deadline),
-            retry_period: std::time::Duration::from_secs(self.leader_elect_retry_period),
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
         })
     }
 }
@@ -154,6 +154,7 @@ pub fn identity(component: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn the_client_names_itself_in_the_user_agent() -> anyhow::Result<()> {
@@ -165,6 +166,30 @@ mod tests {
         assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:1/");
         assert!(args.config("bad\nagent").await.is_err());
         Ok(())
+    }
+
+    #[test]
+    fn leader_flags_take_kubernetes_durations_and_plain_seconds() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            leader: LeaderArgs,
+        }
+        let f = Flags::try_parse_from([
+            "x",
+            "--leader-elect",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline",
+            "10",
+        ])
+        .expect("parses");
+        let e = f.leader.election("kube-scheduler", "kaji-scheduler").expect("elected");
+        assert_eq!(
+            (e.lease_duration, e.renew_deadline, e.retry_period),
+            (Duration::from_secs(15), Duration::from_secs(10), Duration::from_secs(2))
+        );
+        assert!(Flags::try_parse_from(["x", "--leader-elect-retry-period=2d"]).is_err());
     }
 
     #[tokio::test]
