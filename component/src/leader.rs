@@ -39,8 +39,17 @@ pub enum Decision {
     Renew,
     /// Free or expired: take it over.
     TakeOver,
-    /// Someone else holds a live lease.
-    Wait,
+    /// Someone else holds a live lease, for this much longer unless they renew it.
+    Wait { expires_in: Duration },
+}
+
+/// How one attempt to acquire or renew ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// We hold the lease.
+    Held,
+    /// Someone else does; with the time left on their lease when that is known.
+    NotHeld { expires_in: Option<Duration> },
 }
 
 /// What to do with the lease as it stands at `now`.
@@ -53,15 +62,16 @@ pub fn decide(lease: Option<&Lease>, me: &str, now: jiff::Timestamp) -> Decision
     }
     let renewed = spec.renew_time.or(spec.acquire_time).map(|t| t.0.as_millisecond()).unwrap_or(0);
     let duration_ms = i64::from(spec.lease_duration_seconds.unwrap_or(0)) * 1000;
-    if renewed + duration_ms < now.as_millisecond() {
+    let left_ms = renewed + duration_ms - now.as_millisecond();
+    if left_ms < 0 {
         Decision::TakeOver
     } else {
-        Decision::Wait
+        Decision::Wait { expires_in: Duration::from_millis(left_ms.unsigned_abs()) }
     }
 }
 
-/// One attempt to acquire or renew; `Ok(true)` if we hold the lease afterwards.
-pub async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaderElection) -> Result<bool, kube::Error> {
+/// One attempt to acquire or renew.
+pub async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaderElection) -> Result<Attempt, kube::Error> {
     let now = jiff::Timestamp::now();
     let current = api.get_opt(&cfg.lease_name).await?;
     let decision = decide(current.as_ref(), &cfg.identity, now);
@@ -75,7 +85,7 @@ pub async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaderElection) -> Res
         ..LeaseSpec::default()
     };
     let result = match (decision, current) {
-        (Decision::Wait, _) => return Ok(false),
+        (Decision::Wait { expires_in }, _) => return Ok(Attempt::NotHeld { expires_in: Some(expires_in) }),
         (Decision::Create, _) => {
             spec.lease_transitions = Some(0);
             let lease = Lease {
@@ -94,28 +104,39 @@ pub async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaderElection) -> Res
             // resourceVersion is kept, so a concurrent writer makes this a 409 Conflict.
             api.replace(&cfg.lease_name, &PostParams::default(), &lease).await
         }
-        (_, None) => return Ok(false),
+        (_, None) => return Ok(Attempt::NotHeld { expires_in: None }),
     };
     match result {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Ok(_) => Ok(Attempt::Held),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::NotHeld { expires_in: None }),
         Err(e) => Err(e),
     }
 }
 
-/// Waits until we hold the lease.
+/// Waits until we hold the lease. A standby tries again every retry period, or as soon as the
+/// holder's lease runs out if that comes first: a dead leader is replaced when its lease expires,
+/// not up to a retry period later.
 pub async fn acquire(api: &Api<Lease>, cfg: &LeaderElection) {
     loop {
+        let mut wait = cfg.retry_period;
         match try_acquire_or_renew(api, cfg).await {
-            Ok(true) => {
+            Ok(Attempt::Held) => {
                 tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "acquired the lease");
                 return;
             }
-            Ok(false) => tracing::debug!(lease = %cfg.lease_name, "lease held by another instance"),
+            Ok(Attempt::NotHeld { expires_in }) => {
+                tracing::debug!(lease = %cfg.lease_name, ?expires_in, "lease held by another instance");
+                wait = next_try(cfg.retry_period, expires_in);
+            }
             Err(e) => tracing::warn!(lease = %cfg.lease_name, error = %e, "cannot acquire the lease"),
         }
-        tokio::time::sleep(cfg.retry_period).await;
+        tokio::time::sleep(wait).await;
     }
+}
+
+/// When a standby tries again: after the retry period, or just after the holder's lease expires.
+pub fn next_try(retry_period: Duration, expires_in: Option<Duration>) -> Duration {
+    expires_in.map_or(retry_period, |left| retry_period.min(left + Duration::from_millis(10)))
 }
 
 /// Renews the lease every retry period; returns when it could not be renewed within the renew deadline.
@@ -125,8 +146,8 @@ pub async fn hold(api: &Api<Lease>, cfg: &LeaderElection) {
         let deadline = tokio::time::Instant::now() + cfg.renew_deadline;
         loop {
             match tokio::time::timeout_at(deadline, try_acquire_or_renew(api, cfg)).await {
-                Ok(Ok(true)) => break,
-                Ok(Ok(false)) => return,
+                Ok(Ok(Attempt::Held)) => break,
+                Ok(Ok(Attempt::NotHeld { .. })) => return,
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew the lease; retrying"),
                 Err(_) => return,
             }
@@ -211,12 +232,25 @@ mod tests {
         let cases = [
             ("no lease", None, Decision::Create),
             ("ours", Some(lease(Some("me"), "2025-01-01T00:00:00Z", 15)), Decision::Renew),
-            ("theirs, fresh", Some(lease(Some("other"), "2025-01-01T00:00:10Z", 15)), Decision::Wait),
+            (
+                "theirs, fresh",
+                Some(lease(Some("other"), "2025-01-01T00:00:10Z", 15)),
+                Decision::Wait { expires_in: Duration::from_secs(5) },
+            ),
             ("theirs, expired", Some(lease(Some("other"), "2025-01-01T00:00:04Z", 15)), Decision::TakeOver),
             ("released", Some(lease(None, "2025-01-01T00:00:19Z", 1)), Decision::TakeOver),
         ];
         for (name, l, want) in cases {
             assert_eq!(decide(l.as_ref(), "me", now), want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_standby_tries_again_as_the_holders_lease_runs_out() {
+        let retry = Duration::from_secs(2);
+        assert_eq!(next_try(retry, None), retry);
+        assert_eq!(next_try(retry, Some(Duration::from_secs(9))), retry);
+        assert_eq!(next_try(retry, Some(Duration::from_millis(700))), Duration::from_millis(710));
+        assert_eq!(next_try(retry, Some(Duration::ZERO)), Duration::from_millis(10));
     }
 }
