@@ -62,6 +62,8 @@ pub struct Config {
     pub tls: Option<Serving>,
     /// How to reach the nodes' agents: None is plain HTTP (test agents).
     pub kubelet_tls: Option<KubeletTls>,
+    /// `--encryption-provider-config`: what is encrypted at rest, with which keys.
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 /// `--tls-cert-file` and `--tls-private-key-file`.
@@ -115,6 +117,7 @@ impl Config {
             admission_plugins: Vec::new(),
             tls: None,
             kubelet_tls: None,
+            encryption_provider_config: None,
         }
     }
 }
@@ -239,7 +242,12 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
 
 /// The configured backend; nothing above the `Store` trait knows which one it got.
 fn open_store(config: &Config) -> anyhow::Result<Arc<dyn storage::Store>> {
-    Ok(match &config.storage {
+    // Read before the store opens: a bad config stops the start, and nothing is written with it.
+    let encryption = match &config.encryption_provider_config {
+        Some(path) => Some(storage::encryption::Encryption::load(path).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let store: Arc<dyn storage::Store> = match &config.storage {
         StorageConfig::Embedded => Arc::new(
             storage::redb::RedbStore::open(&config.data_dir)
                 .with_context(|| format!("failed to open the store in {}", config.data_dir.display()))?,
@@ -250,6 +258,13 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<dyn storage::Store>> {
             tracing::info!(servers = %etcd.servers.join(","), prefix = %etcd.prefix, "storing objects in etcd");
             Arc::new(store)
         }
+    };
+    Ok(match encryption {
+        Some(enc) => {
+            tracing::info!("encrypting at rest what the encryption provider config names");
+            Arc::new(storage::encryption::EncryptedStore::new(store, enc))
+        }
+        None => store,
     })
 }
 

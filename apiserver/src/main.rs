@@ -110,6 +110,10 @@ struct Args {
     /// 30m, 3600); 0 keeps them forever.
     #[arg(long, default_value = "1h0m0s")]
     event_ttl: String,
+    /// An EncryptionConfiguration (apiserver.config.k8s.io/v1, YAML or JSON): the resources it
+    /// names are encrypted at rest with its first provider (aesgcm or identity); reads try all.
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).
     #[arg(long, default_value_t = 10)]
     agent_timeout: u64,
@@ -198,6 +202,7 @@ async fn main() -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--etcd-compaction-interval")?;
     }
+    config.encryption_provider_config = args.encryption_provider_config;
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;

@@ -1,5 +1,6 @@
 //! The Store trait every backend implements, its types, and the conformance suite they must pass.
 
+pub mod encryption;
 pub mod etcd;
 pub mod etcd_member;
 pub mod redb;
