@@ -22,7 +22,7 @@
 //! - compaction is coordinated through one key, `<prefix>/compact_rev_key` (as kube-apiserver
 //!   does): the apiserver that moves it compacts etcd; the others learn the new floor from it.
 
-use super::{Error, Event, EventKind, KeyValue, Result, Store, WatchStream};
+use super::{Error, Event, EventKind, KeyValue, Result, Store, StoreSize, WatchStream};
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn, TxnOp,
     TxnOpResponse, WatchOptions,
@@ -527,6 +527,22 @@ impl Store for EtcdStore {
     fn compacted_revision(&self) -> u64 {
         self.shared.compacted.load(Ordering::SeqCst)
     }
+
+    /// etcd's own account (Maintenance.Status of the member that answers, one try): `file` is its
+    /// dbSize, what kube-apiserver reports as apiserver_storage_size_bytes. etcd does not tell its
+    /// live data from the history not yet compacted, so `live` is dbSizeInUse (the pages holding
+    /// both, what a defragmentation would shrink the file to) and `history` 0.
+    fn size(&self) -> Option<StoreSize> {
+        let client = self.client.clone();
+        let status = self
+            .run(async move {
+                let mut c = client;
+                c.status().await.map_err(backend)
+            })
+            .ok()?;
+        let bytes = |n: i64| u64::try_from(n).unwrap_or(0);
+        Some(StoreSize { file: bytes(status.db_size()), live: bytes(status.raft_used_db_size()), history: 0 })
+    }
 }
 
 /// One trait watch: an etcd watch that is re-created after failures.
@@ -759,6 +775,30 @@ mod tests {
         assert_eq!(current, r);
         let ev = next(&mut w).await;
         assert_eq!((ev.kind, ev.revision), (EventKind::Progress, r));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_size_is_etcds_database_and_follows_what_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cluster = Cluster::start(dir.path(), 1).expect("etcd");
+        let s = store(&cluster, "");
+        let before = s.size().expect("etcd tells its size");
+        assert!(before.live > 0 && before.live <= before.file, "{before:?}");
+        let value = vec![b'x'; 64 << 10];
+        for i in 0..64 {
+            s.create(&format!("/big/{i}"), &value).expect("create");
+        }
+        // etcd's backend commits in batches (every 100 ms by default): the size follows shortly.
+        let mut after = s.size().expect("size");
+        for _ in 0..20 {
+            if after.live >= before.live + (4 << 20) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            after = s.size().expect("size");
+        }
+        assert!(after.live >= before.live + (4 << 20), "4 MiB written: {before:?} -> {after:?}");
+        assert!(after.file >= after.live, "{after:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,8 +96,9 @@ pub trait Store: Send + Sync + 'static {
 pub struct StoreSize {
     /// The database file (or files) as allocated on disk.
     pub file: u64,
-    /// The live keys and values.
+    /// The live keys and values (etcd, which cannot tell them from its history: the bytes its
+    /// database uses, dbSizeInUse).
     pub live: u64,
-    /// The kept history (events not yet compacted).
+    /// The kept history (events not yet compacted; etcd: 0, counted in `live`).
     pub history: u64,
 }
