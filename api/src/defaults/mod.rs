@@ -54,6 +54,7 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
         "Secret" => {
             if let Some(m) = obj.as_object_mut() {
                 default_str(m, "type", "Opaque");
+                merge_string_data(m);
             }
         }
         "Endpoints" => {
@@ -165,5 +166,39 @@ mod tests {
             let mut v = json!({"spec": 5, "status": [], "ports": "x", "subsets": 1});
             apply_defaults(kind, &mut v);
         }
+    }
+}
+
+/// A Secret's write-only `stringData` goes into `data`, base64-encoded, each key overwriting the
+/// same key of `data`, and is not kept — Kubernetes' v1 → internal conversion of a Secret.
+fn merge_string_data(secret: &mut serde_json::Map<String, Value>) {
+    use base64::Engine as _;
+    let Some(Value::Object(string_data)) = secret.remove("stringData") else { return };
+    let data = secret.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (k, v) in string_data {
+            let text = v.as_str().unwrap_or_default();
+            data.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod string_data_tests {
+    use super::*;
+
+    #[test]
+    fn string_data_is_merged_into_data_and_dropped() {
+        let mut s = json!({"metadata": {"name": "s"}, "data": {"a": "MQ==", "b": "Mg=="}, "stringData": {"b": "two", "c": "3"}});
+        apply_defaults("Secret", &mut s);
+        assert_eq!(s["data"], json!({"a": "MQ==", "b": "dHdv", "c": "Mw=="}));
+        assert!(s.get("stringData").is_none());
+        assert_eq!(s["type"], "Opaque");
+        let mut only = json!({"metadata": {"name": "s"}, "stringData": {"k": "v"}});
+        apply_defaults("Secret", &mut only);
+        assert_eq!(only["data"], json!({"k": "dg=="}));
     }
 }
