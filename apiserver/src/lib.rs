@@ -187,7 +187,8 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         Some(_) => auth::authn::Fallback::public_paths(),
         None => auth::authn::Fallback::InsecureSuperuser,
     };
-    let authn = auth::authn::chain(&config.authentication, fallback).context("failed to set up authentication")?;
+    let authn =
+        auth::authn::chain(&config.authentication, fallback, &cache).context("failed to set up authentication")?;
     let kubelet_tls = config.kubelet_tls.as_ref().map(KubeletTls::client_config).transpose()?;
     let security =
         http::pipeline::Security { authn, authz, modes: config.authorization_modes.clone(), parts: parts.clone() };

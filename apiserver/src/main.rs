@@ -47,6 +47,11 @@ struct Args {
     /// and /version (401 everywhere else).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Let bootstrap tokens (`<id>.<secret>`, held by Secrets of type bootstrap.kubernetes.io/token
+    /// in kube-system) authenticate as system:bootstrap:<id> in system:bootstrappers: how a new
+    /// node asks for its certificate.
+    #[arg(long)]
+    enable_bootstrap_token_auth: bool,
     /// Comma-separated authorizers, tried in order (the first allow wins; members of
     /// system:masters are always allowed): AlwaysAllow, AlwaysDeny, Node, RBAC.
     #[arg(long, default_value = "AlwaysAllow")]
@@ -169,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
     config.authentication.client_ca_file = args.client_ca_file;
     config.authentication.token_auth_file = args.token_auth_file;
     config.authentication.anonymous = args.anonymous_auth;
+    config.authentication.bootstrap_tokens = args.enable_bootstrap_token_auth;
     config.authorization_modes =
         kaji_apiserver::auth::AuthorizationMode::parse_list(&args.authorization_mode).map_err(anyhow::Error::msg)?;
     config.admission_plugins = kaji_apiserver::admission::Plugin::parse_list(&args.enable_admission_plugins)

@@ -20,7 +20,8 @@ struct Secure {
 }
 
 impl Secure {
-    /// A server that denies everyone but system:masters, with a static token for alice.
+    /// A server that denies everyone but system:masters, with a static token for alice and
+    /// bootstrap tokens on.
     fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let pki = Layout::new(dir.path().join("pki-root"));
@@ -28,7 +29,7 @@ impl Secure {
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, "alice-token,alice,1001,dev\n").expect("token file");
         let tokens = tokens.to_string_lossy().to_string();
-        let extra = ["--authorization-mode", "RBAC", "--token-auth-file", &tokens];
+        let extra = ["--authorization-mode", "RBAC", "--token-auth-file", &tokens, "--enable-bootstrap-token-auth"];
         let server = ApiServer::start_secure(&dir.path().join("data"), &pki, &extra);
         Secure { server, pki, ca, dir }
     }
@@ -222,4 +223,58 @@ fn plain_http_on_the_secure_port_gets_no_api() {
     let s = Secure::start();
     let (code, _) = common::http(&s.server.addr, "GET", "/api/v1/namespaces", None, "");
     assert_ne!(code, 200);
+}
+
+/// A bootstrap token Secret as `kubeadm token create` writes it, expiring at `expiration`.
+fn bootstrap_secret(id: &str, expiration: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+  "metadata": {{"name": "bootstrap-token-{id}", "namespace": "kube-system"}},
+  "stringData": {{"token-id": "{id}", "token-secret": "0123456789abcdef", "expiration": "{expiration}",
+    "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true",
+    "auth-extra-groups": "system:bootstrappers:kaji:default-node-token"}}}}"#
+    )
+}
+
+#[test]
+fn a_bootstrap_token_is_its_bootstrapper_until_it_expires_or_goes() {
+    let s = Secure::start();
+    let admin = s.kubeconfig("admin", s.cert(&s.ca, "kubernetes-admin", &["system:masters"]));
+    let in_an_hour = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
+    let manifest = s.dir.path().join("tokens.json");
+    let secrets =
+        [bootstrap_secret("abcdef", &in_an_hour.to_string()), bootstrap_secret("expird", "2020-01-01T00:00:00Z")];
+    std::fs::write(&manifest, format!(r#"{{"apiVersion": "v1", "kind": "List", "items": [{}]}}"#, secrets.join(",")))
+        .expect("write");
+    let (ok, out, err) = kubectl(&admin, &["create", "-f", &manifest.to_string_lossy()]);
+    assert!(ok, "{out}{err}");
+
+    let valid = s.kubeconfig("valid", Credentials::Token("abcdef.0123456789abcdef".into()));
+    let (ok, out, err) = kubectl(&valid, &["auth", "whoami", "-o", "jsonpath={.status.userInfo}"]);
+    assert!(ok, "{out}{err}");
+    let info: serde_json::Value = serde_json::from_str(&out).expect("userInfo");
+    assert_eq!(info["username"], "system:bootstrap:abcdef", "{out}");
+    assert_eq!(
+        info["groups"],
+        serde_json::json!([
+            "system:bootstrappers",
+            "system:bootstrappers:kaji:default-node-token",
+            "system:authenticated"
+        ]),
+        "{out}"
+    );
+    // Authenticated is not authorized: without a binding the bootstrapper may not list pods.
+    let (ok, _, err) = kubectl(&valid, &["get", "pods"]);
+    assert!(!ok && err.contains(r#"User "system:bootstrap:abcdef" cannot list resource "pods""#), "{err}");
+
+    // A wrong secret, an expired token and a deleted one are no credentials: 401.
+    for (name, token) in [("wrong", "abcdef.0123456789abcdeX"), ("expired", "expird.0123456789abcdef")] {
+        let kc = s.kubeconfig(name, Credentials::Token(token.into()));
+        let (ok, _, err) = kubectl(&kc, &["auth", "whoami"]);
+        assert!(!ok && err.contains(LOGGED_IN), "{name}: {err}");
+    }
+    let (ok, out, err) = kubectl(&admin, &["delete", "secret", "-n", "kube-system", "bootstrap-token-abcdef"]);
+    assert!(ok, "{out}{err}");
+    let (ok, _, err) = kubectl(&valid, &["auth", "whoami"]);
+    assert!(!ok && err.contains(LOGGED_IN), "a deleted token still works: {err}");
 }

@@ -4,6 +4,7 @@
 //! then, only if nothing failed, the fallback — anonymous (on the paths it is allowed on) on the
 //! secure port, the insecure superuser on the explicit plain-HTTP port.
 
+pub mod bootstrap_token;
 pub mod token_file;
 pub mod x509;
 
@@ -21,11 +22,13 @@ pub struct Config {
     pub token_auth_file: Option<PathBuf>,
     /// `--anonymous-auth`: anonymous requests on the public paths (on by default, as Kubernetes).
     pub anonymous: bool,
+    /// `--enable-bootstrap-token-auth`: bootstrap tokens (Secrets in kube-system) authenticate.
+    pub bootstrap_tokens: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { client_ca_file: None, token_auth_file: None, anonymous: true }
+        Self { client_ca_file: None, token_auth_file: None, anonymous: true, bootstrap_tokens: false }
     }
 }
 
@@ -42,15 +45,19 @@ pub enum Error {
 }
 
 /// The chain `config` asks for, ending in `fallback` (what a listener allows without credentials;
-/// `--anonymous-auth=false` turns anonymous off).
-pub fn chain(config: &Config, fallback: Fallback) -> Result<Chain, Error> {
+/// `--anonymous-auth=false` turns anonymous off). Authenticators that read the cluster's state
+/// (bootstrap tokens) read it from `cache`.
+pub fn chain(config: &Config, fallback: Fallback, cache: &Arc<crate::cache::Cache>) -> Result<Chain, Error> {
     let mut tokens: Vec<Arc<dyn TokenAuthenticator>> = Vec::new();
     if let Some(path) = &config.token_auth_file {
         let file = token_file::TokenFile::load(path)?;
         tracing::info!(path = %path.display(), tokens = file.len(), "static token file loaded");
         tokens.push(Arc::new(file));
     }
-    // ServiceAccount JWTs (b18) and bootstrap tokens join `tokens` here, in kube-apiserver's order.
+    if config.bootstrap_tokens {
+        tokens.push(Arc::new(bootstrap_token::BootstrapTokens::new(cache.clone())));
+    }
+    // ServiceAccount JWTs (b18) join `tokens` here.
     let mut authenticators: Vec<Arc<dyn Authenticator>> = Vec::new();
     if let Some(path) = &config.client_ca_file {
         let ca_err = |source| Error::ClientCa { path: path.display().to_string(), source };
