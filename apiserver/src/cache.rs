@@ -175,8 +175,13 @@ impl ResourceCache {
     }
 
     fn apply(&self, ev: &storage::Event) {
-        let kv =
-            KeyValue { key: ev.key.clone(), value: ev.value.clone(), create_revision: 0, mod_revision: ev.revision };
+        let kv = KeyValue {
+            key: ev.key.clone(),
+            value: ev.value.clone(),
+            create_revision: 0,
+            mod_revision: ev.revision,
+            stale: false,
+        };
         let obj = match self.make_object(&kv) {
             Ok(o) => Arc::new(o),
             Err(err) => {

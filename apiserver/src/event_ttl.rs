@@ -127,6 +127,7 @@ mod tests {
             value: serde_json::to_vec(&v).expect("test setup").into(),
             create_revision: rev,
             mod_revision: rev,
+            stale: false,
         }
     }
 

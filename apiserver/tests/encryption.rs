@@ -84,3 +84,33 @@ fn a_bad_encryption_config_stops_the_start_with_one_clear_line() {
     assert!(err.contains("an AES-GCM key is 16 or 32 bytes, this one is 9"), "{err}");
     assert!(!dir.path().join("data").join("kaji.redb").exists(), "nothing was stored with a bad config");
 }
+
+#[test]
+fn replacing_secrets_unchanged_re_encrypts_what_was_stored_before_the_config() {
+    // Kubernetes' documented step after turning encryption on (or rotating a key):
+    // `kubectl get secrets -o json | kubectl replace -f -` rewrites every Secret with the first
+    // provider, although nothing in them changed; once rewritten, a replace writes nothing.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut server = ApiServer::start(&data);
+    Kubectl::new(&server).ok(&["create", "secret", "generic", "db", &format!("--from-literal=password={PLAINTEXT}")]);
+    server.kill9();
+    let cfg = config(dir.path(), "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=");
+    let server = ApiServer::start_with(&data, &["--encryption-provider-config", &cfg]);
+    let kubectl = Kubectl::new(&server);
+    let rv = || kubectl.ok(&["get", "secret", "db", "-o", "jsonpath={.metadata.resourceVersion}"]);
+    let replace = || {
+        let json = dir.path().join("secrets.json");
+        std::fs::write(&json, kubectl.ok(&["get", "secrets", "-o", "json"])).expect("write");
+        kubectl.ok(&["replace", "-f", &json.to_string_lossy()]);
+    };
+    let before = rv();
+    replace();
+    let rewritten = rv();
+    assert_ne!(rewritten, before, "the plaintext Secret was rewritten (encrypted) by the replace");
+    replace();
+    assert_eq!(rv(), rewritten, "an encrypted, unchanged Secret is not written again");
+    let read = kubectl.ok(&["get", "secret", "db", "-o", "jsonpath={.data.password}"]);
+    use base64::Engine as _;
+    assert_eq!(read.trim(), base64::engine::general_purpose::STANDARD.encode(PLAINTEXT));
+}

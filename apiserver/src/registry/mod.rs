@@ -521,8 +521,9 @@ impl Registry {
             return Ok(Outcome { code: 200, body: with_rv(new, drev), warnings: vec![] });
         }
         // A write that changes nothing is not written (no new resourceVersion, no watch event):
-        // the answer is the stored object, as Kubernetes' GuaranteedUpdate does.
-        if meta::unchanged(&new, old) {
+        // the answer is the stored object, as Kubernetes' GuaranteedUpdate does — unless what is
+        // stored is stale (encrypted with an older key, or not at all), which it rewrites.
+        if meta::unchanged(&new, old) && !kv.stale {
             if let Some(a) = allocated {
                 a.release(self);
             }

@@ -197,14 +197,21 @@ impl Encryption {
 
     /// The value stored at `key`, decrypted.
     pub fn decrypt(&self, key: &str, stored: &[u8]) -> Result<Vec<u8>> {
+        self.decrypt_checked(key, stored).map(|(plain, _)| plain)
+    }
+
+    /// The value stored at `key`, decrypted, and whether it is stale: written by another provider
+    /// or key than the first, the one that writes now (Kubernetes' `stale` from its transformers).
+    pub fn decrypt_checked(&self, key: &str, stored: &[u8]) -> Result<(Vec<u8>, bool)> {
         let providers = self.providers(key).unwrap_or(&[]);
         let encrypted = stored.starts_with(ENC_PREFIX);
         if !encrypted && (providers.is_empty() || providers.iter().any(|p| matches!(p, Provider::Identity))) {
-            return Ok(stored.to_vec());
+            let stale = providers.first().is_some_and(|p| !matches!(p, Provider::Identity));
+            return Ok((stored.to_vec(), stale));
         }
-        for p in providers {
+        for (i, p) in providers.iter().enumerate() {
             let Provider::AesGcm(keys) = p else { continue };
-            for (name, k) in keys {
+            for (j, (name, k)) in keys.iter().enumerate() {
                 let prefix = format!("k8s:enc:aesgcm:v1:{name}:");
                 let Some(rest) = stored.strip_prefix(prefix.as_bytes()) else { continue };
                 if rest.len() < NONCE_LEN {
@@ -217,7 +224,7 @@ impl Encryption {
                 let plain = k
                     .open_in_place(nonce, Aad::from(key.as_bytes()), &mut buf)
                     .map_err(|_| Error::Backend(format!("{key}: decryption with key {name:?} failed")))?;
-                return Ok(plain.to_vec());
+                return Ok((plain.to_vec(), i != 0 || j != 0));
             }
         }
         Err(Error::Backend(format!("{key}: no matching prefix found to decrypt it (which provider and key wrote it?)")))
@@ -237,18 +244,33 @@ impl EncryptedStore {
     }
 
     fn open(&self, kv: KeyValue) -> Result<KeyValue> {
-        let value = self.enc.decrypt(&kv.key, &kv.value)?.into();
-        Ok(KeyValue { value, ..kv })
+        let (value, stale) = self.enc.decrypt_checked(&kv.key, &kv.value)?;
+        Ok(KeyValue { value: value.into(), stale, ..kv })
     }
 }
 
-fn open_event(enc: &Encryption, e: Event) -> Result<Event> {
+/// What a reader of many values gets for one that cannot be decrypted (a removed key, a
+/// corrupted value): logged and left out of lists, an empty value in watch events (readers skip
+/// it as undecodable) — one such value must not stop the cache, and with it the apiserver, or
+/// every other object's events. Reading it alone (GET) is still an error.
+fn unreadable(key: &str, err: &Error) {
+    tracing::error!(key, error = %err, "cannot decrypt a stored value; leaving it out");
+}
+
+fn open_event(enc: &Encryption, e: Event) -> Event {
     if e.key.is_empty() {
-        return Ok(e);
+        return e;
     }
-    let value = if e.value.is_empty() { e.value } else { enc.decrypt(&e.key, &e.value)?.into() };
-    let prev = e.prev.map(|p| enc.decrypt(&e.key, &p).map(Arc::from)).transpose()?;
-    Ok(Event { value, prev, ..e })
+    let open = |v: &Arc<[u8]>| match enc.decrypt(&e.key, v) {
+        Ok(plain) => Arc::from(plain),
+        Err(err) => {
+            unreadable(&e.key, &err);
+            Arc::from(Vec::new())
+        }
+    };
+    let value = if e.value.is_empty() { e.value.clone() } else { open(&e.value) };
+    let prev = e.prev.as_ref().map(open);
+    Event { value, prev, ..e }
 }
 
 impl Store for EncryptedStore {
@@ -262,7 +284,11 @@ impl Store for EncryptedStore {
 
     fn list(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
         let (items, rev) = self.inner.list(prefix)?;
-        Ok((items.into_iter().map(|kv| self.open(kv)).collect::<Result<_>>()?, rev))
+        let open = |kv: KeyValue| {
+            let key = kv.key.clone();
+            self.open(kv).map_err(|err| unreadable(&key, &err)).ok()
+        };
+        Ok((items.into_iter().filter_map(open).collect(), rev))
     }
 
     fn create(&self, key: &str, value: &[u8]) -> Result<u64> {
@@ -275,7 +301,14 @@ impl Store for EncryptedStore {
 
     fn delete(&self, key: &str, expected: Option<u64>) -> Result<(u64, KeyValue)> {
         let (rev, kv) = self.inner.delete(key, expected)?;
-        Ok((rev, self.open(kv)?))
+        // Deleted is deleted: a value that cannot be decrypted comes back as stored.
+        match self.enc.decrypt_checked(&kv.key, &kv.value) {
+            Ok((value, _)) => Ok((rev, KeyValue { value: value.into(), ..kv })),
+            Err(err) => {
+                unreadable(key, &err);
+                Ok((rev, kv))
+            }
+        }
     }
 
     fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
@@ -286,7 +319,7 @@ impl Store for EncryptedStore {
             .map_err(|_| Error::Backend("an encrypted store's watch needs the tokio runtime".into()))?;
         handle.spawn(async move {
             while let Some(item) = inner.recv().await {
-                if tx.send(item.and_then(|e| open_event(&enc, e))).await.is_err() {
+                if tx.send(item.map(|e| open_event(&enc, e))).await.is_err() {
                     return;
                 }
             }
@@ -369,6 +402,63 @@ mod tests {
             .expect("config");
         assert_eq!(back.encrypt(SECRET, b"{}").expect("plain"), b"{}");
         assert_eq!(back.decrypt(SECRET, &sealed_by_key1).expect("still reads"), b"{}");
+    }
+
+    #[test]
+    fn values_not_written_by_the_first_provider_and_key_are_stale() {
+        let key1 = Encryption::parse(&config(&aesgcm(&[("key1", KEY1)]))).expect("config");
+        let sealed_by_key1 = key1.encrypt(SECRET, b"{}").expect("encrypt");
+        assert!(!key1.decrypt_checked(SECRET, &sealed_by_key1).expect("reads").1);
+        let rotated = Encryption::parse(&config(&format!(
+            "{}      - identity: {{}}\n",
+            aesgcm(&[("key2", KEY2), ("key1", KEY1)])
+        )))
+        .expect("config");
+        assert!(rotated.decrypt_checked(SECRET, &sealed_by_key1).expect("old key").1, "an older key");
+        assert!(rotated.decrypt_checked(SECRET, b"{}").expect("identity").1, "plaintext under an encrypting config");
+        let fresh = rotated.encrypt(SECRET, b"{}").expect("encrypt");
+        assert!(!rotated.decrypt_checked(SECRET, &fresh).expect("reads").1);
+        let plain = Encryption::parse(&config("      - identity: {}\n")).expect("config");
+        assert!(!plain.decrypt_checked(SECRET, b"{}").expect("reads").1);
+        assert!(!plain.decrypt_checked("/registry/configmaps/default/x", b"{}").expect("reads").1);
+    }
+
+    #[tokio::test]
+    async fn a_value_that_cannot_be_decrypted_stops_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inner: Arc<dyn Store> = Arc::new(super::super::redb::RedbStore::open(dir.path()).expect("open"));
+        let with = |keys: &[(&str, &str)]| {
+            EncryptedStore::new(inner.clone(), Encryption::parse(&config(&aesgcm(keys))).expect("config"))
+        };
+        let old = with(&[("key1", KEY1)]);
+        old.create("/registry/secrets/default/a", b"{\"a\":1}").expect("create");
+        let store = with(&[("key2", KEY2)]);
+        store.create("/registry/secrets/default/b", b"{\"b\":1}").expect("create");
+        let mut watch = store.watch("/registry/", store.current_revision()).expect("watch");
+        // A list leaves the unreadable value out; reading it alone is an error.
+        let (items, _) = store.list("/registry/").expect("the list still answers");
+        assert_eq!(items.iter().map(|kv| kv.key.as_str()).collect::<Vec<_>>(), ["/registry/secrets/default/b"]);
+        assert!(store.get("/registry/secrets/default/a").is_err());
+        // Its events arrive empty and the stream goes on; deleting it works.
+        old.update(
+            "/registry/secrets/default/a",
+            b"{\"a\":2}",
+            inner.get("/registry/secrets/default/a").expect("g").expect("kv").mod_revision,
+        )
+        .expect("update");
+        let ev = watch.recv().await.expect("event").expect("not an error");
+        assert!(ev.value.is_empty());
+        store.delete("/registry/secrets/default/a", None).expect("deleted");
+        store
+            .update(
+                "/registry/secrets/default/b",
+                b"{\"b\":2}",
+                store.get("/registry/secrets/default/b").expect("g").expect("kv").mod_revision,
+            )
+            .expect("update");
+        let _deleted = watch.recv().await.expect("event").expect("not an error");
+        let ev = watch.recv().await.expect("event").expect("not an error");
+        assert_eq!(&*ev.value, b"{\"b\":2}");
     }
 
     #[test]

@@ -215,6 +215,7 @@ impl EtcdStore {
             value: Arc::from(kv.value()),
             create_revision: kv.create_revision() as u64,
             mod_revision: kv.mod_revision() as u64,
+            stale: false,
         })
     }
 

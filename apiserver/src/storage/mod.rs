@@ -17,6 +17,10 @@ pub struct KeyValue {
     pub value: Arc<[u8]>,
     pub create_revision: u64,
     pub mod_revision: u64,
+    /// Stored in a form the current configuration would not write (encryption at rest: another
+    /// provider or key than the first): an update rewrites it even when nothing else changed, so
+    /// `kubectl replace` re-encrypts, as Kubernetes' transformers report stale data.
+    pub stale: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

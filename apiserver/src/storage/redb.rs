@@ -104,7 +104,13 @@ fn decode_kv(key: &str, raw: &[u8]) -> Result<KeyValue> {
     }
     let create = u64::from_le_bytes(raw[0..8].try_into().expect("8-byte slice"));
     let modrev = u64::from_le_bytes(raw[8..16].try_into().expect("8-byte slice"));
-    Ok(KeyValue { key: key.to_string(), value: Arc::from(&raw[16..]), create_revision: create, mod_revision: modrev })
+    Ok(KeyValue {
+        key: key.to_string(),
+        value: Arc::from(&raw[16..]),
+        create_revision: create,
+        mod_revision: modrev,
+        stale: false,
+    })
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
