@@ -32,6 +32,15 @@ pub struct Inputs<'a> {
 /// Why a spec cannot be built (a `CreateContainerConfigError`/`CreateContainerError` message).
 pub type Error = String;
 
+/// Whether the volume itself is read-only for every container (`persistentVolumeClaim.readOnly`,
+/// as kubelet forces it whatever the volumeMount says).
+fn volume_read_only(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| v.name == name && v.persistent_volume_claim.as_ref().and_then(|c| c.read_only).unwrap_or(false))
+}
+
 /// The effective security context: the container's fields over the pod's.
 fn user_ids(pod: &Pod, sc: Option<&SecurityContext>) -> (Option<i64>, Option<i64>) {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
@@ -331,7 +340,11 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
                 std::fs::create_dir_all(&src).map_err(|e| format!("cannot create subPath {sub:?}: {e}"))?;
             }
         }
-        extra_mounts.push(bind(&vm.mount_path, &src, vm.read_only.unwrap_or(false)));
+        extra_mounts.push(bind(
+            &vm.mount_path,
+            &src,
+            vm.read_only.unwrap_or(false) || volume_read_only(i.pod, &vm.name),
+        ));
     }
     for m in extra_mounts {
         mounts.retain(|x| x["destination"] != m["destination"]);
@@ -374,6 +387,20 @@ mod tests {
             annotations: HashMap::new(),
         };
         build(&i).map(|s| serde_json::to_value(s).expect("serializes"))
+    }
+
+    #[test]
+    fn a_read_only_claim_is_mounted_read_only_whatever_the_mount_says() {
+        let options = |claim_read_only: bool| {
+            let p = pod(json!({"spec": {
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c", "readOnly": claim_read_only}}],
+                "containers": [{"name": "c", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}));
+            let s = inputs_spec(&p, &[]).expect("builds");
+            let data = s["mounts"].as_array().expect("mounts").iter().find(|m| m["destination"] == "/data").cloned();
+            data.expect("volume")["options"].as_array().expect("options").contains(&json!("ro"))
+        };
+        assert!(options(true));
+        assert!(!options(false));
     }
 
     #[test]

@@ -277,6 +277,7 @@ async fn controllers(
             claims: claims.store(),
             volumes: volumes.store(),
             classes: classes.store(),
+            pods: pods.store(),
         });
         let triggers = (claims.subscribe(), volumes.subscribe(), claims.subscribe());
         (ctx, triggers, (claims, volumes, classes))

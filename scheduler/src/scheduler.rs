@@ -234,7 +234,9 @@ pub fn start_volume_watchers(
     volume_binding::Stores {
         claims: follow(Api::<PersistentVolumeClaim>::all(client.clone()), Some(shared.clone()), stop.clone()),
         volumes: follow(Api::<PersistentVolume>::all(client.clone()), Some(shared.clone()), stop.clone()),
-        classes: follow(Api::<StorageClass>::all(client.clone()), None, stop.clone()),
+        // A class that appears (the local-path one is made when the controller manager starts)
+        // wakes the pods parked on it, as Kubernetes requeues on StorageClass add/update.
+        classes: follow(Api::<StorageClass>::all(client.clone()), Some(shared.clone()), stop.clone()),
     }
 }
 

@@ -57,6 +57,7 @@ pub struct Ctx {
     pub claims: Store<PersistentVolumeClaim>,
     pub volumes: Store<PersistentVolume>,
     pub classes: Store<StorageClass>,
+    pub pods: Store<Pod>,
 }
 
 fn ok_if(codes: &'static [u16]) -> impl Fn(kube::Error) -> Result<(), kube::Error> {
@@ -79,8 +80,18 @@ pub async fn reconcile_claim(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -
 async fn provision(claim: &PersistentVolumeClaim, ctx: &Ctx, key: &str) -> Result<Action, Error> {
     let err = |action| move |source| Error { action, key: key.to_string(), source };
     let spec = claim.spec.clone().unwrap_or_default();
-    if claim.metadata.deletion_timestamp.is_some() || spec.volume_name.as_deref().is_some_and(|v| !v.is_empty()) {
+    if claim.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
+    }
+    if let Some(bound_to) = spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
+        // Bound to our volume: a bind cut short after its first write is finished here.
+        if bound_to != plan::volume_name(claim) {
+            return Ok(Action::await_change());
+        }
+        return match ctx.volumes.get(&ObjectRef::new(bound_to)) {
+            Some(pv) => mark_bound(claim, &pv, ctx, key).await,
+            None => Ok(Action::requeue(Duration::from_secs(1))),
+        };
     }
     let class_name = spec.storage_class_name.clone().unwrap_or_default();
     let Some(class) = ctx.classes.get(&ObjectRef::new(&class_name)) else { return Ok(Action::await_change()) };
@@ -115,18 +126,37 @@ async fn provision(claim: &PersistentVolumeClaim, ctx: &Ctx, key: &str) -> Resul
         "spec": {"volumeName": pv_name},
     });
     claims.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(bind)).await.map_err(err("bind a claim"))?;
-    let pv_spec = pv.spec.clone().unwrap_or_default();
-    let status =
-        json!({"status": {"phase": "Bound", "accessModes": pv_spec.access_modes, "capacity": pv_spec.capacity}});
-    claims
-        .patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(status))
-        .await
-        .map_err(err("mark a claim bound"))?;
-    let bound = json!({"status": {"phase": "Bound"}});
-    volumes
-        .patch_status(&pv_name, &PatchParams::default(), &Patch::Merge(bound))
-        .await
-        .map_err(err("mark a volume bound"))?;
+    mark_bound(claim, &pv, ctx, key).await
+}
+
+/// The phases of a claim bound to `pv` and of `pv`: Bound, each written only if it is not yet.
+async fn mark_bound(
+    claim: &PersistentVolumeClaim,
+    pv: &PersistentVolume,
+    ctx: &Ctx,
+    key: &str,
+) -> Result<Action, Error> {
+    let err = |action| move |source| Error { action, key: key.to_string(), source };
+    let phase = |p: Option<&str>| p == Some("Bound");
+    if !phase(claim.status.as_ref().and_then(|s| s.phase.as_deref())) {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.shared.client.clone(), &claim.namespace().unwrap_or_default());
+        let pv_spec = pv.spec.clone().unwrap_or_default();
+        let status =
+            json!({"status": {"phase": "Bound", "accessModes": pv_spec.access_modes, "capacity": pv_spec.capacity}});
+        claims
+            .patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .map_err(err("mark a claim bound"))?;
+    }
+    if !phase(pv.status.as_ref().and_then(|s| s.phase.as_deref())) {
+        let volumes: Api<PersistentVolume> = Api::all(ctx.shared.client.clone());
+        let bound = json!({"status": {"phase": "Bound"}});
+        volumes
+            .patch_status(&pv.name_any(), &PatchParams::default(), &Patch::Merge(bound))
+            .await
+            .map_err(err("mark a volume bound"))?;
+    }
     Ok(Action::await_change())
 }
 
@@ -159,6 +189,13 @@ async fn reclaim(pv: &PersistentVolume, ctx: &Ctx, key: &str) -> Result<Action, 
             Ok(Action::await_change())
         }
         VolumeNext::Reclaim => {
+            // A claim deleted while a pod still mounts it: its data goes only once no pod runs
+            // with it (Kubernetes holds the claim itself back with its pvc-protection finalizer).
+            let (ns, claim_name) = (claim_ref.namespace.as_deref().unwrap_or_default(), claim_ref.name.as_deref());
+            if let Some(pod) = claim_name.and_then(|c| plan::pod_using(&ctx.pods.state(), ns, c)) {
+                tracing::info!(volume = %key, pod = %pod, "the volume's claim is gone but a pod still uses it; waiting");
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
             let helpers: Api<Pod> = Api::namespaced(ctx.shared.client.clone(), &ctx.settings.namespace);
             let helper = plan::helper_name(key);
             let Some((node, path)) = plan::placement(pv) else {
@@ -173,10 +210,16 @@ async fn reclaim(pv: &PersistentVolume, ctx: &Ctx, key: &str) -> Result<Action, 
                 .map(|p| p.status.and_then(|s| s.phase).unwrap_or_default());
             match phase.as_deref() {
                 None => {
-                    let Some(pod) =
-                        plan::cleanup_pod(key, &ctx.settings.namespace, &node, &path, &ctx.settings.helper_image)
-                    else {
-                        tracing::warn!(volume = %key, path = %path, "refusing to remove this directory");
+                    let root = plan::node_root(&ctx.settings.dir, &node);
+                    let Some(pod) = plan::cleanup_pod(
+                        key,
+                        &ctx.settings.namespace,
+                        &node,
+                        &root,
+                        &path,
+                        &ctx.settings.helper_image,
+                    ) else {
+                        tracing::warn!(volume = %key, path = %path, root = %root, "refusing to remove a directory outside the provisioner's");
                         return Ok(Action::await_change());
                     };
                     helpers

@@ -136,14 +136,36 @@ pub fn volume_next(pv: &PersistentVolume, claim_exists: bool) -> VolumeNext {
     }
 }
 
+/// A pod in `namespace` that mounts `claim` and has not terminated (`ns/name`), if any.
+pub fn pod_using(pods: &[std::sync::Arc<Pod>], namespace: &str, claim: &str) -> Option<String> {
+    pods.iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+        .find(|p| {
+            let volumes = p.spec.as_ref().and_then(|s| s.volumes.as_ref());
+            volumes
+                .into_iter()
+                .flatten()
+                .any(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))
+        })
+        .map(|p| format!("{namespace}/{}", p.metadata.name.as_deref().unwrap_or_default()))
+}
+
 /// The helper pod that removes `path` on `node` (Rancher's helper-pod-delete): the parent
 /// directory mounted, `rm -rf` of the volume's own directory, pinned to the node, tolerating all.
-pub fn cleanup_pod(pv_name: &str, namespace: &str, node: &str, path: &str, image: &str) -> Option<Pod> {
-    let (parent, dir) = path.trim_end_matches('/').rsplit_once('/')?;
-    if dir.is_empty() || dir == "." || dir == ".." {
+/// Only a directory directly under the node's provisioning `root` (`--local-path-dir`) is ever
+/// removed, whatever a volume that claims to be ours says: no other path, no `.` or `..`.
+pub fn cleanup_pod(pv_name: &str, namespace: &str, node: &str, root: &str, path: &str, image: &str) -> Option<Pod> {
+    let clean = |p: &str| -> Option<Vec<String>> {
+        let parts: Vec<String> = p.split('/').filter(|c| !c.is_empty()).map(String::from).collect();
+        (p.starts_with('/') && parts.iter().all(|c| c != "." && c != "..")).then_some(parts)
+    };
+    let (root_parts, mut parts) = (clean(root)?, clean(path)?);
+    if parts.len() != root_parts.len() + 1 || !parts.starts_with(&root_parts) {
         return None;
     }
-    let parent = if parent.is_empty() { "/" } else { parent };
+    let dir = parts.pop()?;
+    let parent = format!("/{}", parts.join("/"));
     Some(Pod {
         metadata: ObjectMeta {
             name: Some(helper_name(pv_name)),
@@ -230,13 +252,39 @@ mod tests {
     }
 
     #[test]
+    fn a_running_pod_keeps_its_claims_data() {
+        let pod = |name: &str, phase: &str| {
+            std::sync::Arc::new(
+                serde_json::from_value::<Pod>(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "ns"},
+                    "spec": {"containers": [], "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data-web-0"}}]},
+                    "status": {"phase": phase}}))
+                .expect("pod"),
+            )
+        };
+        assert_eq!(pod_using(&[pod("web-0", "Running")], "ns", "data-web-0").as_deref(), Some("ns/web-0"));
+        assert_eq!(pod_using(&[pod("web-0", "Succeeded"), pod("job", "Failed")], "ns", "data-web-0"), None);
+        assert_eq!(pod_using(&[pod("web-0", "Running")], "other", "data-web-0"), None);
+        assert_eq!(pod_using(&[pod("web-0", "Running")], "ns", "data-web-1"), None);
+    }
+
+    #[test]
     fn the_cleanup_pod_removes_only_the_volume_directory_on_its_node() {
-        let pod = cleanup_pod("pvc-1", "kube-system", "node-2", "/d/node-2/pvc-1_ns_c", "busybox").expect("pod");
+        let pod =
+            cleanup_pod("pvc-1", "kube-system", "node-2", "/d/node-2", "/d/node-2/pvc-1_ns_c", "busybox").expect("pod");
         let spec = pod.spec.expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("node-2"));
         assert_eq!(spec.containers[0].command.clone().expect("cmd"), vec!["rm", "-rf", "/data/pvc-1_ns_c"]);
         assert_eq!(spec.volumes.expect("vols")[0].host_path.clone().expect("hp").path, "/d/node-2");
-        assert!(cleanup_pod("pvc-1", "ns", "n", "/", "busybox").is_none(), "never the root");
-        assert!(cleanup_pod("pvc-1", "ns", "n", "/d/..", "busybox").is_none());
+        for outside in
+            ["/", "/d/..", "/d/node-2", "/etc", "/d/node-2/../../etc", "/d/node-2/x/y", "d/node-2/x", "/d/node-2/.."]
+        {
+            assert!(cleanup_pod("pvc-1", "ns", "n", "/d/node-2", outside, "busybox").is_none(), "{outside}");
+        }
+        let trailing = cleanup_pod("pvc-1", "ns", "n", "/d/node-2/", "/d//node-2/v/", "busybox").expect("pod");
+        assert_eq!(
+            trailing.spec.expect("spec").volumes.expect("vols")[0].host_path.clone().expect("hp").path,
+            "/d/node-2"
+        );
     }
 }

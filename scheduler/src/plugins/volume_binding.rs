@@ -1,7 +1,7 @@
 //! VolumeBinding: a pod's PersistentVolumeClaims decide where it may run. A bound claim's volume
 //! node affinity must hold on the node (a local volume lives on one node); an unbound claim of a
-//! WaitForFirstConsumer class fits any node, and the scheduler then names the chosen node on the
-//! claim (`volume.kubernetes.io/selected-node`) for the provisioner; a missing claim, or an
+//! WaitForFirstConsumer class fits any node until the scheduler names the chosen node on the
+//! claim (`volume.kubernetes.io/selected-node`) for the provisioner, and then only that node; a missing claim, or an
 //! unbound one of an Immediate class, fits nowhere (Kubernetes' volumebinding plugin, without
 //! pre-provisioned volume matching).
 
@@ -16,6 +16,8 @@ use std::borrow::Cow;
 pub const NAME: &str = "VolumeBinding";
 pub const CONFLICT: &str = "node(s) had volume node affinity conflict";
 pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+/// Kubernetes' ErrReasonBindConflict: here, a claim whose volume is being made on another node.
+pub const BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
 /// The annotation naming the node a WaitForFirstConsumer claim's volume is to be made on.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
@@ -32,8 +34,9 @@ pub struct Stores {
 pub enum ClaimFit {
     /// Bound to a volume that requires one of these node selector terms (none: any node).
     Bound(Vec<NodeSelectorTerm>),
-    /// Unbound, its volume made where the pod goes.
-    Delayed { name: String },
+    /// Unbound, its volume made where the pod goes — or, once a node was selected for it (its
+    /// volume may be being made there), only on that node.
+    Delayed { name: String, selected: Option<String> },
     /// The pod cannot be placed until this changes.
     Blocked(String),
 }
@@ -67,7 +70,8 @@ pub fn fit(
     let delayed = !class_name.is_empty()
         && class(class_name).and_then(|c| c.volume_binding_mode).as_deref() == Some("WaitForFirstConsumer");
     if delayed {
-        ClaimFit::Delayed { name: name.to_string() }
+        let selected = claim.metadata.annotations.as_ref().and_then(|a| a.get(SELECTED_NODE)).filter(|n| !n.is_empty());
+        ClaimFit::Delayed { name: name.to_string(), selected: selected.cloned() }
     } else {
         ClaimFit::Blocked(UNBOUND_IMMEDIATE.into())
     }
@@ -94,13 +98,8 @@ impl VolumeBinding {
         self.fits(pod)
             .into_iter()
             .filter_map(|f| match f {
-                ClaimFit::Delayed { name } => Some(name),
+                ClaimFit::Delayed { name, selected } if selected.as_deref() != Some(node) => Some(name),
                 _ => None,
-            })
-            .filter(|name| {
-                let claim = self.0.claims.get(&ObjectRef::new(name).within(&pod.namespace));
-                let selected = claim.and_then(|c| c.metadata.annotations.as_ref()?.get(SELECTED_NODE).cloned());
-                selected.as_deref() != Some(node)
             })
             .collect()
     }
@@ -115,6 +114,9 @@ pub fn filter_fits(fits: &[ClaimFit], node: &NodeInfo) -> Status {
                 if !terms.iter().any(|t| term_matches(t, &node.name, &node.labels)) {
                     return Status::unschedulable(CONFLICT);
                 }
+            }
+            ClaimFit::Delayed { selected: Some(selected), .. } if *selected != node.name => {
+                return Status::unschedulable(BIND_CONFLICT);
             }
             ClaimFit::Bound(_) | ClaimFit::Delayed { .. } => {}
         }
@@ -181,7 +183,7 @@ mod tests {
         let n = node("node-1", json!({}), json!({}));
         let delayed = claim(json!({"metadata": {"name": "d"}, "spec": {"storageClassName": "local-path"}}));
         let f = fit("d", Some(&delayed), |_| None, wffc);
-        assert_eq!(f, ClaimFit::Delayed { name: "d".into() });
+        assert_eq!(f, ClaimFit::Delayed { name: "d".into(), selected: None });
         assert_eq!(filter_fits(&[f], &n), Status::Success);
         let immediate = claim(json!({"metadata": {"name": "i"}, "spec": {"storageClassName": "fast"}}));
         assert_eq!(
@@ -190,6 +192,17 @@ mod tests {
         );
         let missing = fit("gone", None, |_| None, wffc);
         assert_eq!(filter_fits(&[missing], &n), Status::unschedulable("persistentvolumeclaim \"gone\" not found"));
+    }
+
+    #[test]
+    fn a_claim_with_a_selected_node_holds_the_pod_to_it() {
+        let selected = claim(json!({"metadata": {"name": "d", "annotations": {SELECTED_NODE: "node-2"}},
+            "spec": {"storageClassName": "local-path"}}));
+        let f = fit("d", Some(&selected), |_| None, wffc);
+        assert_eq!(f, ClaimFit::Delayed { name: "d".into(), selected: Some("node-2".into()) });
+        let (n1, n2) = (node("node-1", json!({}), json!({})), node("node-2", json!({}), json!({})));
+        assert_eq!(filter_fits(std::slice::from_ref(&f), &n1), Status::unschedulable(BIND_CONFLICT));
+        assert_eq!(filter_fits(&[f], &n2), Status::Success);
     }
 
     #[test]
