@@ -29,6 +29,26 @@ impl LeaderElection {
             retry_period: Duration::from_secs(2),
         }
     }
+
+    /// client-go's checks (`NewLeaderElector`): lease duration > renew deadline > 1.2 × retry
+    /// period > 0; and, since a Lease holds whole seconds, a lease of at least a second.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retry_period.is_zero() {
+            return Err("--leader-elect-retry-period must be greater than zero".into());
+        }
+        if self.lease_duration < Duration::from_secs(1) {
+            return Err("--leader-elect-lease-duration must be at least 1s (a Lease counts whole seconds)".into());
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline".into());
+        }
+        if self.renew_deadline <= self.retry_period.mul_f64(1.2) {
+            return Err(
+                "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period times 1.2 (client-go's jitter factor)".into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -93,16 +93,22 @@ pub struct LeaderArgs {
 }
 
 impl LeaderArgs {
-    /// The election these flags ask for (None without `--leader-elect`), on lease `lease_name`.
-    pub fn election(&self, lease_name: &str, component: &str) -> Option<leader::LeaderElection> {
-        self.leader_elect.then(|| leader::LeaderElection {
+    /// The election these flags ask for (None without `--leader-elect`), on lease `lease_name`;
+    /// durations that would allow two leaders are refused, as client-go refuses them.
+    pub fn election(&self, lease_name: &str, component: &str) -> anyhow::Result<Option<leader::LeaderElection>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let election = leader::LeaderElection {
             lease_name: lease_name.to_string(),
             namespace: self.leader_elect_resource_namespace.clone(),
             identity: identity(component),
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,
-        })
+        };
+        election.validate().map_err(anyhow::Error::msg)?;
+        Ok(Some(election))
     }
 }
 
@@ -184,12 +190,24 @@ mod tests {
             "10",
         ])
         .expect("parses");
-        let e = f.leader.election("kube-scheduler", "kaji-scheduler").expect("elected");
+        let e = f.leader.election("kube-scheduler", "kaji-scheduler").expect("valid").expect("elected");
         assert_eq!(
             (e.lease_duration, e.renew_deadline, e.retry_period),
             (Duration::from_secs(15), Duration::from_secs(10), Duration::from_secs(2))
         );
         assert!(Flags::try_parse_from(["x", "--leader-elect-retry-period=2d"]).is_err());
+        // Durations that would let two schedulers lead are refused before anything starts.
+        for bad in [
+            ["--leader-elect-lease-duration=500ms", "--leader-elect-renew-deadline=400ms"],
+            ["--leader-elect-lease-duration=10s", "--leader-elect-renew-deadline=10s"],
+            ["--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"],
+            ["--leader-elect-retry-period=0s", "--leader-elect-lease-duration=15s"],
+        ] {
+            let f = Flags::try_parse_from(["x", "--leader-elect", bad[0], bad[1]]).expect("parses");
+            assert!(f.leader.election("kube-scheduler", "kaji-scheduler").is_err(), "{bad:?}");
+        }
+        let off = Flags::try_parse_from(["x", "--leader-elect-lease-duration=1s"]).expect("parses");
+        assert!(off.leader.election("kube-scheduler", "kaji-scheduler").expect("not checked when off").is_none());
     }
 
     #[tokio::test]

@@ -83,7 +83,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     kaji_component::init_tracing(args.log_json);
-    let leader_election = args.leader.election(&args.leader_elect_resource_name, "kaji-controller-manager");
+    let leader_election = args.leader.election(&args.leader_elect_resource_name, "kaji-controller-manager")?;
     let root_ca = match &args.root_ca_file {
         Some(path) => {
             Some(std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--root-ca-file {}: {e}", path.display()))?)

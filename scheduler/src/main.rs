@@ -41,7 +41,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     kaji_component::init_tracing(args.log_json);
-    let leader_election = args.leader.election(&args.leader_elect_resource_name, "kaji-scheduler");
+    let leader_election = args.leader.election(&args.leader_elect_resource_name, "kaji-scheduler")?;
     let config = kaji_scheduler::Config {
         scheduler_name: args.scheduler_name.clone(),
         scoring_strategy: args.scoring_strategy,

@@ -154,13 +154,13 @@ async fn sync(node: &Node, ctx: &Ctx, name: &str) -> Result<Action, Error> {
         }
     }
 
-    if pods::node_not_ready(&node) {
-        mark_pods_not_ready(ctx, name).await?;
-    }
+    // A pod that could not be marked does not hold back the evictions (retried next sync).
+    let marked = if pods::node_not_ready(&node) { mark_pods_not_ready(ctx, name).await } else { Ok(()) };
 
     if let Some(next) = evict(&node, ctx, name).await? {
         requeue = requeue.min(next);
     }
+    marked?;
     Ok(Action::requeue(requeue))
 }
 
@@ -193,8 +193,11 @@ async fn evict(node: &Node, ctx: &Ctx, name: &str) -> Result<Option<Duration>, E
 }
 
 /// Sets Ready=False on the node's pods that are still Ready, each with a `NodeNotReady` event, as
-/// Kubernetes' MarkPodsNotReady. Level-triggered: a failed write is retried on the next sync.
+/// Kubernetes' MarkPodsNotReady. Every pod is tried; a pod gone (404) or changed meanwhile (409,
+/// seen again on its next event) is skipped, and the first other failure is returned once all were
+/// tried. Level-triggered: a failed write is retried on the next sync.
 async fn mark_pods_not_ready(ctx: &Ctx, name: &str) -> Result<(), Error> {
+    let mut first_error = None;
     let now = jiff::Timestamp::now();
     let on_node =
         ctx.pods.state().into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name));
@@ -208,11 +211,14 @@ async fn mark_pods_not_ready(ctx: &Ctx, name: &str) -> Result<(), Error> {
                 tracing::info!(pod = %meta::key(&pod.metadata), node = %name, "updating ready status of pod to false");
                 ctx.shared.recorder.warning(&updated, "NodeNotReady", "Node is not ready".to_string()).await;
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(api_err("mark a pod not ready", name)(e)),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(pod = %meta::key(&pod.metadata), node = %name, error = %e, "failed to mark a pod not ready");
+                first_error.get_or_insert(api_err("mark a pod not ready", name)(e));
+            }
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Marks the pod as disrupted (DisruptionTarget, as Kubernetes does) and deletes it.
