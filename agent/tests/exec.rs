@@ -178,6 +178,10 @@ async fn exec_over_websocket_and_kubectl_exec_reach_the_container() -> anyhow::R
         }
     };
     let (code, out, err) = kubectl(&["exec", "box", "--", "sh", "-c", "echo from $(hostname); exit 5"], "").await?;
+    // client-go's WebSocket reader starts before it registers its streams, so the server's empty
+    // "streams are open" frame on stdout (kubelet sends it too) may come first and be logged as
+    // discarded; that line is the client's, not an error of the session.
+    let err: String = err.lines().filter(|l| !l.contains("Unknown stream id")).map(|l| format!("{l}\n")).collect();
     assert_eq!((code, out.as_str(), err.as_str()), (5, "from box\n", "command terminated with exit code 5\n"));
     let (code, out, _) = kubectl(&["exec", "-i", "box", "-c", "app", "--", "tr", "a-z", "A-Z"], "shout\n").await?;
     assert_eq!((code, out.as_str()), (0, "SHOUT\n"));
