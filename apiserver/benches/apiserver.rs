@@ -3,7 +3,8 @@
 //!
 //! Run with `cargo build --release -p kaji-apiserver && cargo bench -p kaji-apiserver --bench apiserver`.
 //! `KAJI_BENCH_PODS` sets N (default 10,000); `KAJI_APISERVER_BIN` points at another binary;
-//! `KAJI_BENCH_STORAGE=etcd` runs the same on etcd (one member started beside it).
+//! `KAJI_BENCH_STORAGE=etcd` runs the same on etcd (one member started beside it);
+//! `KAJI_BENCH_TLS=1` over HTTPS with an admin client certificate and Node,RBAC authorization.
 
 use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
@@ -39,7 +40,28 @@ const TARGET_PACED_P99: Duration = Duration::from_millis(10);
 const TARGET_WATCH_P99: Duration = Duration::from_millis(100);
 const TARGET_RSS_KB: u64 = 150 * 1024;
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// One keep-alive pool for every request; over HTTPS it verifies the server against the bench's
+/// CA and presents the admin certificate (each pooled connection pays one handshake).
+fn new_client(tls: Option<&server::ClientTls>) -> Result<HttpClient> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.enforce_http(false);
+    let config = match tls {
+        Some(t) => kaji_pki::tls::client_config(&t.ca_pem, Some((&t.cert_pem, &t.key_pem)))?,
+        None => kaji_pki::tls::unverified_client_config(None)?,
+    };
+    let mut config = config;
+    // hyper-rustls sets ALPN itself (enable_http1) and refuses a config that has it.
+    config.alpn_protocols.clear();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    Ok(Client::builder(TokioExecutor::new()).pool_max_idle_per_host(CONCURRENCY * 2).build(https))
+}
 
 async fn send(
     client: &HttpClient,
@@ -362,10 +384,7 @@ async fn main() -> Result<()> {
     let mut server = Server::start(&bin)?;
     let base = server.base.clone();
     eprintln!("apiserver pid {} at {base}, data in {}", server.pid(), server.dir.path().display());
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    let client: HttpClient =
-        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(CONCURRENCY * 2).build(connector);
+    let client = new_client(server.tls.as_ref())?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&client, &format!("{base}/readyz")).await.is_err() {
         ensure!(Instant::now() < deadline, "the apiserver never became ready:\n{}", server.log_tail());
@@ -415,6 +434,14 @@ async fn main() -> Result<()> {
     println!(
         "| benchmark client | {} build, hyper 1 HTTP/1.1 keep-alive pool, same host over 127.0.0.1 |",
         if cfg!(debug_assertions) { "debug" } else { "release" }
+    );
+    println!(
+        "| transport | {} |",
+        if server.tls.is_some() {
+            "HTTPS (rustls, TLS 1.3), admin client certificate (x509 authn), `--authorization-mode Node,RBAC`"
+        } else {
+            "plain HTTP (`--insecure-port`: no authentication, no authorization)"
+        }
     );
     match &server.etcd {
         Some(_) => println!(

@@ -13,6 +13,45 @@ pub struct Server {
     pub bin: PathBuf,
     /// With `KAJI_BENCH_STORAGE=etcd`: the etcd member the apiserver stores in.
     pub etcd: Option<kaji_apiserver::storage::etcd_member::Cluster>,
+    /// With `KAJI_BENCH_TLS=1`: what the client needs to reach the HTTPS server as an admin.
+    pub tls: Option<ClientTls>,
+}
+
+/// The CA a client verifies the server with, and the admin's certificate (`system:masters`).
+pub struct ClientTls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// `KAJI_BENCH_TLS=1`: the apiserver serves HTTPS only, authenticates client certificates of a
+/// fresh CA and authorizes with `--authorization-mode Node,RBAC` (the lab's and an installed
+/// server's settings); the bench's requests carry an admin certificate.
+fn tls_setup(dir: &Path) -> Result<Option<(Vec<String>, ClientTls)>> {
+    if std::env::var("KAJI_BENCH_TLS").as_deref() != Ok("1") {
+        return Ok(None);
+    }
+    use kaji_pki::layout::{InitSpec, Layout};
+    let pki = Layout::new(dir.join("pki"));
+    let ca = pki.init(&InitSpec { server: "https://127.0.0.1:1".into(), ..Default::default() })?;
+    let admin = ca.issue(&kaji_pki::CertSpec::client("bench-admin", &["system:masters"]))?;
+    let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+    let flags = vec![
+        "--bind-address".into(),
+        "127.0.0.1".into(),
+        "--secure-port".into(),
+        "0".into(),
+        "--tls-cert-file".into(),
+        path(pki.pki("apiserver.crt")),
+        "--tls-private-key-file".into(),
+        path(pki.pki("apiserver.key")),
+        "--client-ca-file".into(),
+        path(pki.ca_cert()),
+        "--authorization-mode".into(),
+        "Node,RBAC".into(),
+    ];
+    let tls = ClientTls { ca_pem: ca.cert_pem().into(), cert_pem: admin.cert_pem, key_pem: admin.key_pem };
+    Ok(Some((flags, tls)))
 }
 
 impl Server {
@@ -28,8 +67,16 @@ impl Server {
             Some(c) => vec!["--storage".into(), "etcd".into(), "--etcd-servers".into(), c.servers_flag()],
             None => Vec::new(),
         };
+        let (listen, tls) = match tls_setup(dir.path())? {
+            Some((flags, tls)) => (flags, Some(tls)),
+            None => {
+                (vec!["--insecure-bind-address".into(), "127.0.0.1".into(), "--insecure-port".into(), "0".into()], None)
+            }
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let child = Command::new(bin)
-            .args(["--insecure-bind-address", "127.0.0.1", "--insecure-port", "0", "--data-dir"])
+            .args(&listen)
+            .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(&storage)
             .arg("--address-file")
@@ -40,7 +87,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .with_context(|| format!("failed to start {}", bin.display()))?;
-        let mut server = Server { child, base: String::new(), dir, bin: bin.to_path_buf(), etcd };
+        let mut server = Server { child, base: String::new(), dir, bin: bin.to_path_buf(), etcd, tls };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = server.child.try_wait()? {
@@ -49,7 +96,7 @@ impl Server {
             // The file may be half-written: accept it only once it parses.
             if let Ok(text) = std::fs::read_to_string(&addr_file) {
                 if text.trim().parse::<std::net::SocketAddr>().is_ok() {
-                    server.base = format!("http://{}", text.trim());
+                    server.base = format!("{scheme}://{}", text.trim());
                     return Ok(server);
                 }
             }
