@@ -189,7 +189,7 @@ pub fn cleanup_pod(pv_name: &str, namespace: &str, node: &str, root: &str, path:
             }],
             volumes: Some(vec![Volume {
                 name: "data".into(),
-                host_path: Some(HostPathVolumeSource { path: parent.into(), type_: Some("DirectoryOrCreate".into()) }),
+                host_path: Some(HostPathVolumeSource { path: parent, type_: Some("DirectoryOrCreate".into()) }),
                 ..Volume::default()
             }]),
             ..PodSpec::default()

@@ -186,18 +186,22 @@ mod tests {
     #[test]
     fn what_the_secret_does_not_vouch_for_is_refused() {
         let s = secret(&[]);
-        assert!(judge(&s, "abcdef", "0123456789abcdeX", now()).unwrap_err().contains("token-secret"));
+        assert!(judge(&s, "abcdef", "0123456789abcdeX", now()).expect_err("refused").contains("token-secret"));
         let mut other = s.clone();
         other["type"] = json!("Opaque");
-        assert!(judge(&other, "abcdef", "0123456789abcdef", now()).unwrap_err().contains("invalid type"));
+        assert!(judge(&other, "abcdef", "0123456789abcdef", now()).expect_err("refused").contains("invalid type"));
         let mut deleted = s.clone();
         deleted["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
-        assert!(judge(&deleted, "abcdef", "0123456789abcdef", now()).unwrap_err().contains("deleted"));
-        assert!(judge(&s, "abcdeg", "0123456789abcdef", now()).unwrap_err().contains("token-id"));
+        assert!(judge(&deleted, "abcdef", "0123456789abcdef", now()).expect_err("refused").contains("deleted"));
+        assert!(judge(&s, "abcdeg", "0123456789abcdef", now()).expect_err("refused").contains("token-id"));
         let unmarked = secret(&[("usage-bootstrap-authentication", "false")]);
-        assert!(judge(&unmarked, "abcdef", "0123456789abcdef", now()).unwrap_err().contains("usage-bootstrap"));
+        assert!(judge(&unmarked, "abcdef", "0123456789abcdef", now())
+            .expect_err("refused")
+            .contains("usage-bootstrap"));
         let bad_group = secret(&[("auth-extra-groups", "system:masters")]);
-        assert!(judge(&bad_group, "abcdef", "0123456789abcdef", now()).unwrap_err().contains("auth-extra-groups"));
+        assert!(judge(&bad_group, "abcdef", "0123456789abcdef", now())
+            .expect_err("refused")
+            .contains("auth-extra-groups"));
     }
 
     #[test]
@@ -205,8 +209,8 @@ mod tests {
         let later = secret(&[("expiration", "2026-12-03T00:00:00Z")]);
         assert!(judge(&later, "abcdef", "0123456789abcdef", now()).is_ok());
         let past = secret(&[("expiration", "2026-12-02T11:59:59Z")]);
-        assert!(judge(&past, "abcdef", "0123456789abcdef", now()).unwrap_err().contains("expired"));
+        assert!(judge(&past, "abcdef", "0123456789abcdef", now()).expect_err("refused").contains("expired"));
         let garbage = secret(&[("expiration", "tomorrow")]);
-        assert!(judge(&garbage, "abcdef", "0123456789abcdef", now()).unwrap_err().contains("expiration"));
+        assert!(judge(&garbage, "abcdef", "0123456789abcdef", now()).expect_err("refused").contains("expiration"));
     }
 }
