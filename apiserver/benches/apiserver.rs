@@ -48,11 +48,11 @@ fn new_client(tls: Option<&server::ClientTls>) -> Result<HttpClient> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.enforce_http(false);
-    let config = match tls {
+    // Plain HTTP never uses the config; the connector's type needs one.
+    let mut config = match tls {
         Some(t) => kaji_pki::tls::client_config(&t.ca_pem, Some((&t.cert_pem, &t.key_pem)))?,
         None => kaji_pki::tls::unverified_client_config(None)?,
     };
-    let mut config = config;
     // hyper-rustls sets ALPN itself (enable_http1) and refuses a config that has it.
     config.alpn_protocols.clear();
     let https = hyper_rustls::HttpsConnectorBuilder::new()

@@ -302,8 +302,8 @@ impl Store for EncryptedStore {
     fn delete(&self, key: &str, expected: Option<u64>) -> Result<(u64, KeyValue)> {
         let (rev, kv) = self.inner.delete(key, expected)?;
         // Deleted is deleted: a value that cannot be decrypted comes back as stored.
-        match self.enc.decrypt_checked(&kv.key, &kv.value) {
-            Ok((value, _)) => Ok((rev, KeyValue { value: value.into(), ..kv })),
+        match self.open(kv.clone()) {
+            Ok(opened) => Ok((rev, opened)),
             Err(err) => {
                 unreadable(key, &err);
                 Ok((rev, kv))
