@@ -116,11 +116,17 @@ fn setup(lab: &Lab) {
     }
 }
 
-/// `kubectl exec -n <ns> <pod> -- sh -c <cmd>`: (success, stdout + stderr).
+/// `kubectl exec -n <ns> <pod> -- sh -c <cmd>`: (success, stdout + stderr), without kubectl's own
+/// client-go log lines: its WebSocket reader logs "Unknown stream id 1, discarding message" when the
+/// server's stream-open frame (Kubernetes sends one too) beats its stream setup — not the command's.
 fn exec(lab: &Lab, ns: &str, pod: &str, cmd: &str) -> (bool, String) {
     let out = lab.kubectl_output(&["exec", "-n", ns, pod, "--", "sh", "-c", cmd], None);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+    let stderr: String = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("Unknown stream id"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (out.status.success(), format!("{}{stderr}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The addresses busybox nslookup printed for the name asked (after the `Name:` line).
