@@ -184,6 +184,19 @@ impl ResourceCache {
         };
         let obj = match self.make_object(&kv) {
             Ok(o) => Arc::new(o),
+            // A delete is a delete whatever its last value was (e.g. one no encryption key opens):
+            // the cached object goes, and watchers get it in its last state they could read.
+            Err(err) if ev.kind == EventKind::Delete => match self.read().objects.get(&ev.key).cloned() {
+                Some(last) => match self.make_object(&KeyValue { value: last.json.to_vec().into(), ..kv }) {
+                    Ok(o) => Arc::new(o),
+                    Err(_) => last,
+                },
+                None => {
+                    tracing::warn!(key = %ev.key, error = %err, "deleted object was never readable");
+                    self.write().last_rev = ev.revision;
+                    return;
+                }
+            },
             Err(err) => {
                 tracing::error!(key = %ev.key, error = %err, "skipping undecodable stored object");
                 return;
@@ -484,6 +497,30 @@ mod tests {
         assert!(matches!(pods.subscribe(Some(r1), cache.revision()), Err(CacheError::Gone { .. })));
         let fresh = pods.subscribe(None, cache.revision()).expect("list-watch");
         assert_eq!(fresh.initial.len(), 1, "synthetic ADDED for the current state");
+    }
+
+    #[tokio::test]
+    async fn a_delete_removes_the_object_even_when_its_last_value_is_unreadable() {
+        let (_d, store, cache) = setup(10).await;
+        let rev = cache.sync().await.expect("sync");
+        let pods = cache.resource("Pod").expect("pods").clone();
+        let mut live = pods.subscribe(Some(rev), rev).expect("sub").live;
+        let key = "/registry/pods/default/a";
+        let unreadable: Arc<[u8]> = Arc::from(&b""[..]);
+        pods.apply(&storage::Event {
+            kind: EventKind::Delete,
+            revision: rev + 1,
+            key: key.to_string(),
+            value: unreadable.clone(),
+            prev: Some(unreadable),
+            created: false,
+        });
+        assert!(pods.get(key).is_none(), "the deleted object is gone from the cache");
+        let ev = tokio::time::timeout(Duration::from_secs(5), live.recv()).await.expect("in time").expect("event");
+        assert_eq!((ev.kind, ev.rev, ev.object.name.as_str()), (WatchEventType::Deleted, rev + 1, "a"));
+        let json: serde_json::Value = serde_json::from_slice(&ev.object.json).expect("json");
+        assert_eq!(json["metadata"]["resourceVersion"], (rev + 1).to_string(), "at the deletion's revision");
+        drop(store);
     }
 
     #[tokio::test]
