@@ -38,6 +38,26 @@ impl Shared {
         }
     }
 
+    /// Runs one reconcile of `key` with what every controller records around it: its duration
+    /// and outcome in the metrics; a success resets the key's back-off.
+    pub async fn reconciled<T, E>(
+        &self,
+        controller: &str,
+        key: &str,
+        sync: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let started = Instant::now();
+        let result = sync.await;
+        self.finished(controller, key, started, &result);
+        result
+    }
+
+    /// A failed reconcile of `key`: logged, then requeued after the key's back-off.
+    pub fn failed(&self, controller: &str, key: &str, err: &dyn std::fmt::Display) -> Action {
+        tracing::warn!(controller, object = %key, error = %err, "reconcile failed; backing off");
+        self.backoff(key)
+    }
+
     /// The requeue after a failed reconcile of `key`.
     pub fn backoff(&self, key: &str) -> Action {
         let n = match self.failures.lock() {

@@ -13,7 +13,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub const NAME: &str = "clusterrole-aggregation";
 
@@ -55,16 +54,12 @@ pub fn aggregate(role: &ClusterRole, all: &[Arc<ClusterRole>]) -> Option<Vec<Pol
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %role.name_any()))]
 pub async fn reconcile(role: Arc<ClusterRole>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let name = role.name_any();
-    let result = sync(&role, &ctx, &name).await;
-    ctx.shared.finished(NAME, &name, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &name, sync(&role, &ctx, &name)).await
 }
 
 pub fn error_policy(role: Arc<ClusterRole>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %role.name_any(), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&role.name_any())
+    ctx.shared.failed(NAME, &role.name_any(), err)
 }
 
 async fn sync(role: &ClusterRole, ctx: &Ctx, name: &str) -> Result<Action, Error> {

@@ -21,7 +21,6 @@ use kube::ResourceExt;
 use plan::{Event, Input};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 pub const NAME: &str = "cronjob";
 /// The annotation on each Job with the time it was scheduled for (RFC 3339, in the time zone).
@@ -54,16 +53,12 @@ impl Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&cj.metadata)))]
 pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&cj.metadata);
-    let result = sync(&cj, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&cj, &ctx, &key)).await
 }
 
 pub fn error_policy(cj: Arc<CronJob>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&cj.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&cj.metadata))
+    ctx.shared.failed(NAME, &meta::key(&cj.metadata), err)
 }
 
 async fn sync(cj: &CronJob, ctx: &Ctx, key: &str) -> Result<Action, Error> {

@@ -99,16 +99,12 @@ impl Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&ds.metadata)))]
 pub async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&ds.metadata);
-    let result = sync(&ds, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&ds, &ctx, &key)).await
 }
 
 pub fn error_policy(ds: Arc<DaemonSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&ds.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&ds.metadata))
+    ctx.shared.failed(NAME, &meta::key(&ds.metadata), err)
 }
 
 fn api_err<'a>(action: &'static str, key: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {

@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use rolling::Rs;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NAME: &str = "deployment";
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
@@ -54,16 +54,12 @@ pub struct Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&d.metadata)))]
 pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&d.metadata);
-    let result = sync(&d, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&d, &ctx, &key)).await
 }
 
 pub fn error_policy(d: Arc<Deployment>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&d.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&d.metadata))
+    ctx.shared.failed(NAME, &meta::key(&d.metadata), err)
 }
 
 fn revision(rs: &ReplicaSet) -> i64 {

@@ -15,7 +15,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub const NAME: &str = "endpointslice";
 
@@ -40,16 +39,12 @@ pub struct Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&svc.metadata)))]
 pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&svc.metadata);
-    let result = sync(&svc, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&svc, &ctx, &key)).await
 }
 
 pub fn error_policy(svc: Arc<Service>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&svc.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&svc.metadata))
+    ctx.shared.failed(NAME, &meta::key(&svc.metadata), err)
 }
 
 /// The service a slice belongs to, by its service-name label, if we manage it.

@@ -24,7 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch as signal};
 
 pub const NAME: &str = "garbagecollector";
@@ -126,17 +126,12 @@ pub struct Kind {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %obj_key(&obj, &kind)))]
 pub async fn reconcile(obj: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = obj_key(&obj, &kind);
-    let result = sync(&obj, &kind).await;
-    kind.gc.shared.finished(NAME, &key, started, &result);
-    result
+    kind.gc.shared.reconciled(NAME, &key, sync(&obj, &kind)).await
 }
 
 pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, kind: Arc<Kind>) -> Action {
-    let key = obj_key(&obj, &kind);
-    tracing::warn!(controller = NAME, object = %key, error = %err, "reconcile failed; backing off");
-    kind.gc.shared.backoff(&key)
+    kind.gc.shared.failed(NAME, &obj_key(&obj, &kind), err)
 }
 
 fn obj_key(obj: &DynamicObject, kind: &Kind) -> String {

@@ -88,16 +88,12 @@ impl Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&job.metadata)))]
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&job.metadata);
-    let result = sync(&job, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&job, &ctx, &key)).await
 }
 
 pub fn error_policy(job: Arc<Job>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&job.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&job.metadata))
+    ctx.shared.failed(NAME, &meta::key(&job.metadata), err)
 }
 
 async fn sync(job: &Job, ctx: &Ctx, key: &str) -> Result<Action, Error> {

@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use plan::VolumeNext;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NAME: &str = "local-path";
 
@@ -69,11 +69,8 @@ fn ok_if(codes: &'static [u16]) -> impl Fn(kube::Error) -> Result<(), kube::Erro
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&claim.metadata)))]
 pub async fn reconcile_claim(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&claim.metadata);
-    let result = provision(&claim, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, provision(&claim, &ctx, &key)).await
 }
 
 /// Provisions and binds a placed claim of our class; a bound one gets its Bound phase.
@@ -162,11 +159,8 @@ async fn mark_bound(
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %pv.name_any()))]
 pub async fn reconcile_volume(pv: Arc<PersistentVolume>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = pv.name_any();
-    let result = reclaim(&pv, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, reclaim(&pv, &ctx, &key)).await
 }
 
 /// Releases or reclaims one of our volumes whose claim is gone.
@@ -261,8 +255,7 @@ where
 
 pub fn error_policy<K: kube::Resource>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let key = meta::key(obj.meta());
-    tracing::warn!(controller = NAME, object = %key, error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&key)
+    ctx.shared.failed(NAME, &key, err)
 }
 
 /// Makes the `local-path` class if it is missing (once, at start, as k3s deploys its manifest).

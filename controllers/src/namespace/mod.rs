@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NAME: &str = "namespace";
 /// The spec finalizer this controller owns.
@@ -60,16 +60,12 @@ pub struct Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %ns.name_any()))]
 pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = ns.name_any();
-    let result = sync(&ns, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&ns, &ctx, &key)).await
 }
 
 pub fn error_policy(ns: Arc<Namespace>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %ns.name_any(), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&ns.name_any())
+    ctx.shared.failed(NAME, &ns.name_any(), err)
 }
 
 fn ours(ns: &Namespace) -> bool {

@@ -97,16 +97,12 @@ const EVICTED_MEMORY: Duration = Duration::from_secs(300);
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %node.name_any()))]
 pub async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = node.name_any();
-    let result = sync(&node, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&node, &ctx, &key)).await
 }
 
 pub fn error_policy(node: Arc<Node>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %node.name_any(), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&node.name_any())
+    ctx.shared.failed(NAME, &node.name_any(), err)
 }
 
 async fn sync(node: &Node, ctx: &Ctx, name: &str) -> Result<Action, Error> {

@@ -20,7 +20,7 @@ use plan::{plan, slow_start_batches, Plan};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NAME: &str = "replicaset";
 
@@ -46,16 +46,12 @@ pub struct Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&rs.metadata)))]
 pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&rs.metadata);
-    let result = sync(&rs, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&rs, &ctx, &key)).await
 }
 
 pub fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&rs.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&rs.metadata))
+    ctx.shared.failed(NAME, &meta::key(&rs.metadata), err)
 }
 
 async fn sync(rs: &ReplicaSet, ctx: &Ctx, key: &str) -> Result<Action, Error> {

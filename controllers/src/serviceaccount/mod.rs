@@ -11,7 +11,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub const NAME: &str = "serviceaccount";
 /// The ServiceAccount every namespace gets.
@@ -41,16 +40,12 @@ pub fn wants_default(ns: &Namespace) -> bool {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %ns.name_any()))]
 pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let name = ns.name_any();
-    let result = sync(&ns, &ctx, &name).await;
-    ctx.shared.finished(NAME, &name, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &name, sync(&ns, &ctx, &name)).await
 }
 
 pub fn error_policy(ns: Arc<Namespace>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %ns.name_any(), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&ns.name_any())
+    ctx.shared.failed(NAME, &ns.name_any(), err)
 }
 
 async fn sync(ns: &Namespace, ctx: &Ctx, name: &str) -> Result<Action, Error> {

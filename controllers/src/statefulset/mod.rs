@@ -22,7 +22,6 @@ use plan::{Step, Why};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub const NAME: &str = "statefulset";
 
@@ -48,16 +47,12 @@ pub struct Ctx {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&set.metadata)))]
 pub async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&set.metadata);
-    let result = sync(&set, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&set, &ctx, &key)).await
 }
 
 pub fn error_policy(set: Arc<StatefulSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&set.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&set.metadata))
+    ctx.shared.failed(NAME, &meta::key(&set.metadata), err)
 }
 
 async fn sync(set: &StatefulSet, ctx: &Ctx, key: &str) -> Result<Action, Error> {

@@ -13,7 +13,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NAME: &str = "ttl-after-finished";
 
@@ -44,16 +44,12 @@ pub fn expires_at(job: &Job) -> Option<jiff::Timestamp> {
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %meta::key(&job.metadata)))]
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let key = meta::key(&job.metadata);
-    let result = sync(&job, &ctx, &key).await;
-    ctx.shared.finished(NAME, &key, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &key, sync(&job, &ctx, &key)).await
 }
 
 pub fn error_policy(job: Arc<Job>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %meta::key(&job.metadata), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&meta::key(&job.metadata))
+    ctx.shared.failed(NAME, &meta::key(&job.metadata), err)
 }
 
 fn until(t: jiff::Timestamp, now: jiff::Timestamp) -> Option<Duration> {
