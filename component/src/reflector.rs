@@ -10,6 +10,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{watch, Notify};
 
+/// What a watcher can follow: a typed Kubernetes object a task may own.
+pub trait Watched:
+    kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
 /// Keyed by "namespace/name".
 type Items<T> = HashMap<Box<str>, Arc<T>>;
 
@@ -26,13 +37,7 @@ impl<T: Send + Sync + 'static> Cache<T> {
     /// e.g. a headless Service).
     pub fn follow<K, F>(api: Api<K>, reduce: F, dirty: Arc<Notify>, mut stop: watch::Receiver<bool>) -> Arc<Self>
     where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
         F: Fn(&K) -> Option<T> + Send + 'static,
     {
         let cache = Arc::new(Self { items: Mutex::new(HashMap::new()), ready: watch::channel(false).0 });

@@ -91,7 +91,7 @@ pub async fn run_owner_of_pods<K, C, E, F>(
     error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kaji_component::reflector::Watched,
     C: Send + Sync + 'static,
     E: std::error::Error + Send + Sync + 'static,
     F: std::future::Future<Output = Result<Action, E>> + Send + 'static,

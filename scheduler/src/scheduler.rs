@@ -198,13 +198,7 @@ pub fn start_volume_watchers(
 ) -> volume_binding::Stores {
     fn follow<K>(api: Api<K>, shared: Option<Arc<Shared>>, stop: watch::Receiver<bool>) -> Store<K>
     where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: kaji_component::reflector::Watched,
     {
         let (store, writer) = reflector::store();
         let stream = reflector::reflector(
