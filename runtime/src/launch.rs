@@ -153,6 +153,19 @@ fn hold_mounts(pid: Pid) -> Option<OwnedFd> {
     File::open(format!("/proc/{pid}/ns/mnt")).ok().map(OwnedFd::from)
 }
 
+/// `linux.netDevices` into the container's network namespace: the one it joins by path, or the
+/// new one the init was cloned into.
+fn move_net_devices(pid: Pid, linux: &oci_spec::runtime::Linux) -> Result<(), Failure> {
+    let Some(devices) = linux.net_devices().as_ref().filter(|d| !d.is_empty()) else { return Ok(()) };
+    let joined = linux.namespaces().iter().flatten().find_map(|n| match (n.typ(), n.path()) {
+        (oci_spec::runtime::LinuxNamespaceType::Network, Some(p)) => Some(p.clone()),
+        _ => None,
+    });
+    let path = joined.unwrap_or_else(|| format!("/proc/{pid}/ns/net").into());
+    let ns = File::open(&path).map_err(|e| format!("failed to open network namespace {}: {e}", path.display()))?;
+    crate::netdev::move_all(devices, ns.as_fd()).map_err(|e| chain(&e))
+}
+
 /// The init's side of the sync pipes (see [`init::Parent`]).
 struct ToParent {
     go: File,
@@ -417,6 +430,10 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                 if let Err(e) = write_id_maps(pid, linux, adj) {
                     return Err(fail(e));
                 }
+            }
+            // Before any hook or the container's process runs, as runc does.
+            if let Err(e) = move_net_devices(pid, linux) {
+                return Err(fail(e));
             }
             let default = Default::default();
             let resources = linux.resources().as_ref().unwrap_or(&default);

@@ -15,6 +15,7 @@ pub mod launch;
 pub mod logs;
 pub mod mountopts;
 pub mod namespaces;
+pub mod netdev;
 pub mod nsenter;
 pub mod rootfs;
 pub mod seccomp;

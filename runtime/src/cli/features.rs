@@ -97,6 +97,7 @@ pub fn document(libseccomp: &str) -> Value {
                 ],
                 "archs": ["SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM", "SCMP_ARCH_X32", "SCMP_ARCH_X86", "SCMP_ARCH_X86_64"],
             },
+            "netDevices": {"enabled": true},
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false},
         },
@@ -396,6 +397,7 @@ mod tests {
         let doc = document("2.5.4");
         assert_eq!(doc["linux"]["cgroup"]["v2"], true);
         assert!(doc["mountOptions"].as_array().is_some_and(|o| o.contains(&json!("rsuid"))));
+        assert_eq!(doc["linux"]["netDevices"]["enabled"], true);
         assert!(doc["linux"]["capabilities"].as_array().is_some_and(|c| c.contains(&json!("CAP_SYS_ADMIN"))));
     }
 }
