@@ -300,6 +300,10 @@ impl Common {
         if let Some(rootfs) = &record.shared_mounts {
             crate::rootfs::unmount_below(rootfs);
         }
+        if let Some(rootfs) = &record.rootfs_mount {
+            crate::rootfs::unmount_below(rootfs);
+            let _ = nix::mount::umount2(rootfs, nix::mount::MntFlags::MNT_DETACH);
+        }
         // The shim may still be writing exit.json, and lets go of the container's mounts after
         // it (see `shim::hold_mounts`): wait for it to end, so nothing of the container is left
         // when delete returns.
@@ -682,6 +686,7 @@ mod tests {
             detached: false,
             start_time: None,
             shared_mounts: None,
+            rootfs_mount: None,
         };
         state::write_json(&dir.record(), &record)?;
         nix::unistd::mkfifo(&dir.exited(), nix::sys::stat::Mode::from_bits_truncate(0o600))?;

@@ -226,6 +226,7 @@ pub fn record(
         detached: false,
         start_time: state::start_time(pid.as_raw()),
         shared_mounts: None,
+        rootfs_mount: None,
     }
 }
 

@@ -126,12 +126,17 @@ pub fn prepare(source: Source<'_>, propagation: MsFlags, own_namespace: bool) ->
             Ok(dir.to_path_buf())
         }
         Source::Overlay { lower, upper, work, target } => {
-            let lowerdir = lower.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
-            let data = format!("lowerdir={lowerdir},upperdir={},workdir={}", upper.display(), work.display());
-            do_mount(Some(Path::new("overlay")), target, Some("overlay"), MsFlags::empty(), Some(&data))?;
+            mount_overlay(lower, upper, work, target)?;
             Ok(target.to_path_buf())
         }
     }
+}
+
+/// overlayfs at `target`: read-only `lower` dirs (top first) under a writable `upper`.
+pub fn mount_overlay(lower: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Result<()> {
+    let lowerdir = lower.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
+    let data = format!("lowerdir={lowerdir},upperdir={},workdir={}", upper.display(), work.display());
+    do_mount(Some(Path::new("overlay")), target, Some("overlay"), MsFlags::empty(), Some(&data))
 }
 
 /// Mounts one spec mount under `rootfs`.

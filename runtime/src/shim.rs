@@ -155,9 +155,13 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     let binary = args.runc.as_deref().ok_or("no runc binary")?;
     let spec = spec::load(&args.bundle).map_err(|e| chain(&e))?;
     spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
-    if spec::lowerdirs(&spec).is_some() {
-        return Err(format!("annotation {} is not supported by the runc backend yet", spec::ANNOTATION_LOWERDIRS));
-    }
+    // An overlay rootfs is mounted here for runc, which knows nothing of the annotation; from
+    // here on a failed create unmounts it again (the guard), a created one at delete (the record).
+    let overlay = match spec::lowerdirs(&spec) {
+        Some(lower) => Some(RuncOverlay::mount(&spec, &args.bundle, dir, &lower)?),
+        None => None,
+    };
+    let bundle = overlay.as_ref().map_or_else(|| args.bundle.clone(), |o| o.bundle.clone());
     let terminal = spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
     File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
     sys::set_child_subreaper().map_err(|e| format!("failed to become subreaper: {e}"))?;
@@ -185,7 +189,7 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     if let Some(r) = &args.runc_root {
         cmd.arg("--root").arg(r);
     }
-    cmd.arg("--log").arg(&log).args(["--log-format", "json", "create", "--bundle"]).arg(&args.bundle);
+    cmd.arg("--log").arg(&log).args(["--log-format", "json", "create", "--bundle"]).arg(&bundle);
     if let Some(c) = &console {
         cmd.arg("--console-socket").arg(&c.path);
     }
@@ -211,9 +215,61 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     // runc runs the spec's hooks itself.
     let created = jiff::Timestamp::now().to_string();
     let base = launch::record(&args.id, &args.bundle, Pid::from_raw(pid), created, cgroups_path.clone(), "runc", &spec);
-    let record = Record { log_path: args.log.clone(), ..base };
+    let rootfs_mount = overlay.map(RuncOverlay::keep);
+    let record = Record { log_path: args.log.clone(), rootfs_mount, ..base };
     state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
     Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper, terminal, mounts: None })
+}
+
+/// The runc backend's overlay rootfs: mounted at the state dir's `rootfs` in the host's mount
+/// namespace, with a copy of the spec in the state dir's `bundle` whose root is that mount (and
+/// whose relative bind sources stay relative to the caller's bundle). Unmounted on drop unless
+/// kept.
+struct RuncOverlay {
+    merged: PathBuf,
+    bundle: PathBuf,
+    keep: bool,
+}
+
+impl RuncOverlay {
+    fn mount(spec: &oci_spec::runtime::Spec, bundle: &Path, dir: &Dir, lower: &[PathBuf]) -> Result<Self, Failure> {
+        let (merged, own_bundle) = (dir.rootfs(), dir.path.join("bundle"));
+        for d in [&merged, &dir.upper(), &dir.work(), &own_bundle] {
+            std::fs::create_dir_all(d).map_err(|e| format!("failed to create {}: {e}", d.display()))?;
+        }
+        crate::rootfs::mount_overlay(lower, &dir.upper(), &dir.work(), &merged).map_err(|e| chain(&e))?;
+        let this = RuncOverlay { merged, bundle: own_bundle, keep: false };
+        let mut copy = spec.clone();
+        let mut root = copy.root().clone().unwrap_or_default();
+        root.set_path(this.merged.clone());
+        copy.set_root(Some(root));
+        if let Some(mounts) = copy.mounts_mut() {
+            for m in mounts.iter_mut() {
+                let bind = m.typ().as_deref() == Some("bind")
+                    || m.options().iter().flatten().any(|o| o == "bind" || o == "rbind");
+                if let Some(src) = m.source().clone().filter(|s| bind && s.is_relative()) {
+                    m.set_source(Some(bundle.join(src)));
+                }
+            }
+        }
+        let text = serde_json::to_vec(&copy).map_err(|e| format!("failed to write the runc bundle: {e}"))?;
+        std::fs::write(this.bundle.join("config.json"), text)
+            .map_err(|e| format!("failed to write the runc bundle: {e}"))?;
+        Ok(this)
+    }
+
+    fn keep(mut self) -> PathBuf {
+        self.keep = true;
+        self.merged.clone()
+    }
+}
+
+impl Drop for RuncOverlay {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = nix::mount::umount2(&self.merged, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
 }
 
 /// The socket runc's `--console-socket` sends a container terminal's master to. Bound under

@@ -75,6 +75,10 @@ pub struct Record {
     /// rootfs: `delete` unmounts what is there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_mounts: Option<PathBuf>,
+    /// A rootfs the shim mounted in the host's mount namespace for another runtime (the runc
+    /// backend's overlay, as containerd mounts a snapshot for runc): `delete` unmounts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_mount: Option<PathBuf>,
 }
 
 impl Record {

@@ -55,15 +55,29 @@ fn overlay_rootfs_keeps_the_image_layer_read_only() -> anyhow::Result<()> {
         return Ok(());
     }
     let mut fx = Fixture::new()?;
-    let mut spec =
-        fx.spec("overlay", "echo hi > /written && cat /written && grep ' / ' /proc/mounts | cut -d' ' -f3")?;
-    let mut ann = std::collections::HashMap::new();
-    ann.insert(kaji_runtime::spec::ANNOTATION_LOWERDIRS.to_string(), fx.rootfs.display().to_string());
-    spec.set_annotations(Some(ann));
-    let (exit, log) = fx.run(&fx.native(), "overlay", &spec)?;
-    assert_eq!(exit.code, 0, "{log:?}");
-    assert_eq!(stdout_of(&log), vec!["hi", "overlay"]);
-    assert!(!fx.rootfs.join("written").exists(), "write leaked into the lower layer");
+    // A second layer above the busybox one, as the agent stacks an image's layers.
+    let top = fx.dir.join("layer-top");
+    std::fs::create_dir_all(&top)?;
+    std::fs::write(top.join("from-top"), "top\n")?;
+    let lower = format!("{}:{}", top.display(), fx.rootfs.display());
+    let script = "cat /from-top && echo hi > /written && cat /written && grep ' / ' /proc/mounts | cut -d' ' -f3";
+    // The native backend mounts it in the container's mount namespace; the runc backend in the
+    // shim's, for runc (as containerd does), and takes it down at delete.
+    let runc = fx.runc().expect("runc is installed");
+    let backends: [(&str, &dyn kaji_runtime::ContainerRuntime); 2] = [("native", &fx.native()), ("runc", &runc)];
+    for (name, rt) in backends {
+        let id = format!("overlay-{name}");
+        let mut spec = fx.spec(&id, script)?;
+        let mut ann = std::collections::HashMap::new();
+        ann.insert(kaji_runtime::spec::ANNOTATION_LOWERDIRS.to_string(), lower.clone());
+        spec.set_annotations(Some(ann));
+        let (exit, log) = fx.run(rt, &id, &spec)?;
+        assert_eq!(exit.code, 0, "{name}: {log:?}");
+        assert_eq!(stdout_of(&log), vec!["top", "hi", "overlay"], "{name}");
+        assert!(!fx.rootfs.join("written").exists(), "{name}: write leaked into the lower layer");
+        assert!(!top.join("written").exists(), "{name}: write leaked into the top layer");
+        assert_eq!(fx.leftover_mounts(), Vec::<String>::new(), "{name}: mounts left behind");
+    }
     fx.assert_clean();
     Ok(())
 }
