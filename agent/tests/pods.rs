@@ -395,3 +395,34 @@ async fn lifecycle_hooks_run_after_start_and_before_stop() -> anyhow::Result<()>
     assert_eq!(node.leftovers(), Vec::<String>::new());
     Ok(())
 }
+
+/// `--container-runtime runc`, as kubelet runs on containerd + runc: an image pod (its layers an
+/// overlay the shim mounts for runc) runs, writes into its own layer, logs, and leaves nothing
+/// — no container, mount or cgroup — once deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_on_runc_runs_image_pods_and_leaves_nothing() -> anyhow::Result<()> {
+    let mut node = Node::start().await?;
+    let runc = ["/usr/sbin/runc", "/usr/bin/runc"].iter().map(std::path::PathBuf::from).find(|p| p.exists());
+    let runc = runc.expect("runc is installed (apt-get install -y runc)");
+    node.stop_agent().await?;
+    node.config.backend = kaji_agent::Backend::Runc(runc);
+    node.start_agent().await?;
+    let script = "echo layer > /written && cat /written && grep ' / ' /proc/mounts | cut -d' ' -f3 && sleep 3600";
+    node.pod("on-runc", json!({"containers": [{"name": "app", "command": ["sh", "-c", script]}]})).await?;
+    node.wait_pod("on-runc", "Running", |p| phase(p) == "Running").await?;
+    let mut log = String::new();
+    for _ in 0..50 {
+        let (code, body) = node.get("/containerLogs/default/on-runc/app").await?;
+        assert_eq!(code, 200, "{body}");
+        log = body;
+        if log.lines().count() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["layer", "overlay"], "the image's layers as an overlay rootfs");
+    node.pods("default").delete("on-runc", &DeleteParams::default().grace_period(0)).await?;
+    node.wait_gone("on-runc").await?;
+    node.assert_nothing_left(common::WAIT).await;
+    Ok(())
+}
