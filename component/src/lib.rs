@@ -5,6 +5,7 @@ pub mod duration;
 pub mod events;
 pub mod failover;
 pub mod leader;
+pub mod malloc;
 pub mod reflector;
 pub mod sdnotify;
 

@@ -108,7 +108,7 @@ pub async fn run(client: kube::Client, config: Config, shared: Arc<Shared>, mut 
             let model_ms = t.elapsed().as_millis() as u64;
             let r = s.sync(model, full);
             // The previous model and this sync's garbage are free now: give the pages back.
-            crate::malloc::trim();
+            kaji_component::malloc::trim();
             (s, warnings, r, model_ms)
         })
         .instrument(span.clone())

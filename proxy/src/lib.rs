@@ -7,7 +7,6 @@ pub mod build;
 pub mod controller;
 pub mod http;
 pub mod iptables;
-pub mod malloc;
 pub mod metrics;
 pub mod model;
 pub mod names;

@@ -75,7 +75,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     kaji_component::init_tracing(args.log_json);
-    if !kaji_proxy::malloc::single_arena() {
+    if !kaji_component::malloc::single_arena() {
         tracing::debug!("cannot limit malloc arenas");
     }
     if args.cleanup {

@@ -254,6 +254,9 @@ impl RedbStore {
         let mut db = self.inner.db.write().map_err(|_| Error::Backend("database lock poisoned".into()))?;
         db.compact().map_err(backend)?;
         drop(db);
+        // The rewrite's scratch memory is freed but stays with the allocator's arenas (glibc
+        // gives back only the top of its main heap): hand it back to the system.
+        kaji_component::malloc::trim();
         let after = self.file_bytes()?;
         tracing::info!(
             before = file,

@@ -1,4 +1,5 @@
-//! glibc malloc tuning: one arena for every thread, and freed pages returned after each sync.
+//! glibc malloc tuning: one arena for every thread, and freed pages handed back after a burst of
+//! work (the proxy after each sync, the apiserver after rewriting its store file).
 //! glibc gives each thread that allocates its own arena: the sync thread's (the model it builds,
 //! the rules it writes) stayed mapped beside the main one — ~6 MiB at 10,000 services.
 
