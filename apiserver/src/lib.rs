@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod peers;
 pub mod registry;
+pub mod serviceaccount;
 pub mod storage;
 
 use anyhow::Context;
