@@ -82,6 +82,7 @@ pub struct Request {
 
 /// The issuer: one signing key, every verification key, the `iss` it writes and accepts, and the
 /// audiences the apiserver itself answers to (`--api-audiences`).
+#[derive(Debug)]
 pub struct Issuer {
     pub issuer: String,
     pub signing: SigningKey,
