@@ -25,7 +25,14 @@ impl Cluster {
         let pki = Layout::new(dir.path().join("pki-root"));
         let ca = pki.init(&InitSpec { server: "https://127.0.0.1:1".into(), ..Default::default() }).expect("pki");
         let key = pki.pki("sa.key").to_string_lossy().into_owned();
-        let extra = ["--authorization-mode", "Node,RBAC", "--service-account-signing-key-file", &key];
+        let extra = [
+            "--authorization-mode",
+            "Node,RBAC",
+            "--service-account-signing-key-file",
+            &key,
+            "--service-account-max-token-expiration",
+            "48h",
+        ];
         let server = ApiServer::start_secure(&dir.path().join("data"), &pki, &extra);
         Cluster { server, ca, dir }
     }
@@ -134,6 +141,13 @@ fn kubectl_create_token_is_the_account_and_its_role_is_all_it_may_do() {
     // Too short a life is invalid, as in Kubernetes.
     let (done, _, err) = kubectl(&admin, &["create", "token", "default", "-n", "x", "--duration", "5m"]);
     assert!(!done && err.contains("may not specify a duration less than 10 minutes"), "{err}");
+    // Longer than --service-account-max-token-expiration: shortened, with Kubernetes' warning.
+    let (done, out, err) = kubectl(
+        &admin,
+        &["create", "token", "default", "-n", "x", "--duration", "72h", "-o", "jsonpath={.spec.expirationSeconds}"],
+    );
+    assert!(done && out == "172800", "{out}{err}");
+    assert!(err.contains("requested expiration of 259200 seconds shortened to 172800 seconds"), "{err}");
     // An account that does not exist gets no token.
     let (done, _, err) = kubectl(&admin, &["create", "token", "ghost", "-n", "x"]);
     assert!(!done && err.contains(r#"serviceaccounts "ghost" not found"#), "{err}");
