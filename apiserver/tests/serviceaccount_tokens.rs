@@ -32,6 +32,8 @@ impl Cluster {
             &key,
             "--service-account-max-token-expiration",
             "48h",
+            "--enable-admission-plugins",
+            "NodeRestriction",
         ];
         let server = ApiServer::start_secure(&dir.path().join("data"), &pki, &extra);
         Cluster { server, ca, dir }
@@ -52,8 +54,12 @@ impl Cluster {
     }
 
     fn admin(&self) -> PathBuf {
-        let issued = self.ca.issue(&CertSpec::client("kubernetes-admin", &["system:masters"])).expect("issue");
-        self.kubeconfig("admin", Credentials::Certificate { cert_pem: issued.cert_pem, key_pem: issued.key_pem })
+        self.user("admin", "kubernetes-admin", &["system:masters"])
+    }
+
+    fn user(&self, file: &str, cn: &str, orgs: &[&str]) -> PathBuf {
+        let issued = self.ca.issue(&CertSpec::client(cn, orgs)).expect("issue");
+        self.kubeconfig(file, Credentials::Certificate { cert_pem: issued.cert_pem, key_pem: issued.key_pem })
     }
 }
 
@@ -198,6 +204,41 @@ fn a_token_bound_to_a_pod_names_it_and_ends_with_it() {
         (!done && err.contains(LOGGED_IN)).then_some(())
     });
     assert!(refused.is_some(), "a token bound to a deleted pod still works");
+}
+
+#[test]
+fn a_node_gets_tokens_only_for_the_pods_bound_to_it() {
+    let c = Cluster::start();
+    let admin = c.admin();
+    let n1 = c.user("n1", "system:node:n1", &["system:nodes"]);
+    ok(&admin, &["create", "serviceaccount", "web"]);
+    ok(&admin, &["create", "serviceaccount", "db"]);
+    for (pod, node, account) in [("p1", "n1", "web"), ("p2", "n2", "db")] {
+        let spec = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{pod}"}},
+              "spec":{{"nodeName":"{node}","serviceAccountName":"{account}","containers":[{{"name":"c","image":"busybox"}}]}}}}"#
+        );
+        let (done, out, err) = kubectl_in(&admin, &["create", "-f", "-"], Some(&spec));
+        assert!(done, "{out}{err}");
+    }
+    let bound = |account: &str, pod: &str| {
+        let uid = ok(&admin, &["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"]);
+        let args = ["create", "token", account, "--bound-object-kind", "Pod", "--bound-object-name", pod];
+        let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        args.extend(["--bound-object-uid".into(), uid]);
+        args
+    };
+    // Its own pod's account, bound to that pod (the Node authorizer's graph, NodeRestriction).
+    let args = bound("web", "p1");
+    let (done, out, err) = kubectl(&n1, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(done && out.trim().matches('.').count() == 2, "{out}{err}");
+    // Another node's pod's account: the Node authorizer knows no path from n1 to it.
+    let args = bound("db", "p2");
+    let (done, _, err) = kubectl(&n1, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!done && err.contains(r#"User "system:node:n1" cannot create resource "serviceaccounts/token""#), "{err}");
+    // Its own pod's account, but not bound to the pod: NodeRestriction refuses.
+    let (done, _, err) = kubectl(&n1, &["create", "token", "web"]);
+    assert!(!done && err.contains("node requested token not bound to a pod"), "{err}");
 }
 
 /// `f` until it answers, for up to 5 s (the watch cache follows the store within milliseconds).
