@@ -443,6 +443,8 @@ mod tests {
             s["linux"]["namespaces"].as_array().expect("ns").iter().filter_map(|n| n["type"].as_str()).collect();
         assert!(kinds.contains(&"network") && kinds.contains(&"mount") && kinds.contains(&"pid"));
         assert!(!kinds.contains(&"uts") && !kinds.contains(&"ipc"), "not joined means the host's: {kinds:?}");
+        // The runtime refuses a hostname without a UTS namespace of the container's own.
+        assert!(s.get("hostname").is_none(), "{}", s["hostname"]);
     }
 
     #[test]
