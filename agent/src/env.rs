@@ -16,6 +16,13 @@ pub struct Refs {
     pub secrets: HashMap<String, Option<BTreeMap<String, Vec<u8>>>>,
     /// PersistentVolumeClaims of the pod's volumes, by claim name.
     pub claims: HashMap<String, ClaimState>,
+    /// The tokens of projected `serviceAccountToken` sources, by [`token_key`] (or why not).
+    pub tokens: HashMap<String, Result<String, String>>,
+}
+
+/// Where [`Refs::tokens`] keeps the token of the `index`th source of projected volume `volume`.
+pub fn token_key(volume: &str, index: usize) -> String {
+    format!("{volume}/{index}")
 }
 
 /// Where a claim of a pod's volume stands, as the agent needs it to mount it.

@@ -22,6 +22,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod spdy;
 pub mod spec;
+pub mod tokens;
 pub mod volumes;
 
 use std::net::{IpAddr, SocketAddr};

@@ -230,6 +230,13 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
                 || shared(LinuxNamespaceType::Uts, "uts")
                 || (host_pid && t == "pid"))
         });
+        // The base spec's default hostname cannot be set without a UTS namespace of the
+        // container's own: a hostNetwork pod shares the node's (and the node's name).
+        if !list.iter().any(|ns| ns["type"] == "uts") {
+            if let Some(o) = spec.as_object_mut() {
+                o.remove("hostname");
+            }
+        }
     }
 
     // User and groups.
@@ -436,6 +443,8 @@ mod tests {
             s["linux"]["namespaces"].as_array().expect("ns").iter().filter_map(|n| n["type"].as_str()).collect();
         assert!(kinds.contains(&"network") && kinds.contains(&"mount") && kinds.contains(&"pid"));
         assert!(!kinds.contains(&"uts") && !kinds.contains(&"ipc"), "not joined means the host's: {kinds:?}");
+        // The runtime refuses a hostname without a UTS namespace of the container's own.
+        assert!(s.get("hostname").is_none(), "{}", s["hostname"]);
     }
 
     #[test]

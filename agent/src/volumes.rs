@@ -1,6 +1,6 @@
 //! A pod's volumes on the node: emptyDir (disk or tmpfs), hostPath, persistentVolumeClaim (the
 //! bound PersistentVolume's hostPath or local directory), configMap, secret,
-//! downwardAPI and projected files written atomically (`..data` swap, as kubelet's AtomicWriter),
+//! downwardAPI and projected files (with ServiceAccount tokens) written atomically (`..data` swap, as kubelet's AtomicWriter),
 //! the pod's /etc/hosts, /etc/resolv.conf and /etc/hostname, and the teardown of all of it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -114,7 +114,18 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
         downward(&mut files, pod, d.items.as_deref().unwrap_or(&[]), mode_of(d.default_mode), node)?;
     } else if let Some(p) = &v.projected {
         let mode = mode_of(p.default_mode);
-        for src in p.sources.iter().flatten() {
+        for (i, src) in p.sources.iter().flatten().enumerate() {
+            if let Some(t) = &src.service_account_token {
+                if safe_relative(&t.path).is_none() {
+                    return Err(Error::Config(format!("invalid serviceAccountToken path {:?}", t.path)));
+                }
+                let token = match refs.tokens.get(&env::token_key(&v.name, i)) {
+                    Some(Ok(token)) => token,
+                    Some(Err(e)) => return Err(Error::Config(format!("failed to fetch token: {e}"))),
+                    None => return Err(Error::Config("failed to fetch token: not requested yet".into())),
+                };
+                files.insert(t.path.clone(), (token.clone().into_bytes(), mode));
+            }
             if let Some(c) = &src.config_map {
                 let r = Ref { kind: Kind::ConfigMap, name: &c.name, optional: c.optional, items: c.items.as_deref() };
                 project_ref(&mut files, refs, r, mode, ns)?;
@@ -480,6 +491,32 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.path().join("a")).expect("a"), "changed");
         assert!(!dir.path().join("sub").exists(), "removed key's link is gone");
         assert!(!dir.path().join(&first).exists(), "old data dir removed");
+    }
+
+    #[test]
+    fn a_projected_token_is_written_with_the_other_sources_or_the_volume_waits() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "app", "uid": "u1"},
+            "spec": {"containers": [], "volumes": [{"name": "kube-api-access-x", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]}}]},
+        }))
+        .expect("pod");
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = PodDir(root.path().to_path_buf());
+        let mut refs = Refs::default();
+        let err = ensure(&dir, &pod, &refs, &env::Node::default()).expect_err("no token yet");
+        assert!(matches!(&err, Error::Config(m) if m.starts_with("failed to fetch token")), "{err}");
+        refs.tokens.insert(env::token_key("kube-api-access-x", 0), Err("forbidden".into()));
+        let err = ensure(&dir, &pod, &refs, &env::Node::default()).expect_err("refused");
+        assert_eq!(err.to_string(), "failed to fetch token: forbidden");
+        refs.tokens.insert(env::token_key("kube-api-access-x", 0), Ok("a.b.c".into()));
+        let paths = ensure(&dir, &pod, &refs, &env::Node::default()).expect("written");
+        let vol = &paths["kube-api-access-x"];
+        assert_eq!(std::fs::read_to_string(vol.join("token")).expect("token"), "a.b.c");
+        assert_eq!(std::fs::read_to_string(vol.join("namespace")).expect("namespace"), "app");
+        assert_eq!(std::fs::read_link(vol.join("token")).expect("link"), Path::new("..data/token"));
     }
 
     #[test]

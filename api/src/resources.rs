@@ -156,7 +156,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res!("", "Event", "events", "event", true, &["ev"], NONE, &[], true),
     res!("", "ConfigMap", "configmaps", "configmap", true, &["cm"], NONE, &[], false),
     res!("", "Secret", "secrets", "secret", true, NONE, NONE, &[], false),
-    res!("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], NONE, &[], true),
+    res!("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], NONE, &[Token], true),
     res!("", "PersistentVolume", "persistentvolumes", "persistentvolume", false, &["pv"], NONE, &[Status], false),
     res!(
         "",

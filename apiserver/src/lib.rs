@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod peers;
 pub mod registry;
+pub mod serviceaccount;
 pub mod storage;
 
 use anyhow::Context;
@@ -64,6 +65,8 @@ pub struct Config {
     pub kubelet_tls: Option<KubeletTls>,
     /// `--encryption-provider-config`: what is encrypted at rest, with which keys.
     pub encryption_provider_config: Option<PathBuf>,
+    /// `--service-account-*`: the keys, issuer and audiences of ServiceAccount tokens.
+    pub service_accounts: serviceaccount::Config,
 }
 
 /// `--tls-cert-file` and `--tls-private-key-file`.
@@ -118,6 +121,7 @@ impl Config {
             tls: None,
             kubelet_tls: None,
             encryption_provider_config: None,
+            service_accounts: serviceaccount::Config::default(),
         }
     }
 }
@@ -148,6 +152,7 @@ impl Server {
 
 /// Open the store, bootstrap, bind, and serve in the background.
 pub async fn start(config: Config) -> anyhow::Result<Server> {
+    let sa_tokens = config.service_accounts.load().context("failed to load the service account keys")?;
     let store = open_store(&config)?;
     let listener =
         tokio::net::TcpListener::bind(config.bind).await.with_context(|| format!("failed to bind {}", config.bind))?;
@@ -187,8 +192,9 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         Some(_) => auth::authn::Fallback::public_paths(),
         None => auth::authn::Fallback::InsecureSuperuser,
     };
-    let authn =
-        auth::authn::chain(&config.authentication, fallback, &cache).context("failed to set up authentication")?;
+    let mut authentication = config.authentication.clone();
+    authentication.service_accounts = sa_tokens.clone();
+    let authn = auth::authn::chain(&authentication, fallback, &cache).context("failed to set up authentication")?;
     let kubelet_tls = config.kubelet_tls.as_ref().map(KubeletTls::client_config).transpose()?;
     let security =
         http::pipeline::Security { authn, authz, modes: config.authorization_modes.clone(), parts: parts.clone() };
@@ -200,6 +206,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         metrics: metrics::Metrics::default(),
         shutdown: shutdown.clone(),
         advertise: advertise.to_string(),
+        service_account_tokens: sa_tokens,
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
     spawn_allocator_repair(state.clone(), shutdown.clone());

@@ -52,6 +52,24 @@ struct Args {
     /// node asks for its certificate.
     #[arg(long)]
     enable_bootstrap_token_auth: bool,
+    /// ServiceAccount tokens are signed with this key (PEM, ECDSA P-256 PKCS#8 `PRIVATE KEY`;
+    /// `kaji pki init` writes sa.key); without it TokenRequest is not served.
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// Public keys (PEM) that also verify ServiceAccount tokens, e.g. a previous signing key's
+    /// (repeatable); the signing key's own public half always does.
+    #[arg(long)]
+    service_account_key_file: Vec<PathBuf>,
+    /// The `iss` of the tokens issued and the only one accepted.
+    #[arg(long, default_value = kaji_apiserver::serviceaccount::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// Comma-separated audiences the API accepts tokens for; default: the issuer.
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// The longest a requested token may live (24h, 3600s, 1h0m0s); longer requests are
+    /// shortened. Default: no limit.
+    #[arg(long)]
+    service_account_max_token_expiration: Option<String>,
     /// Comma-separated authorizers, tried in order (the first allow wins; members of
     /// system:masters are always allowed): AlwaysAllow, AlwaysDeny, Node, RBAC.
     #[arg(long, default_value = "AlwaysAllow")]
@@ -175,6 +193,21 @@ async fn main() -> anyhow::Result<()> {
     config.authentication.token_auth_file = args.token_auth_file;
     config.authentication.anonymous = args.anonymous_auth;
     config.authentication.bootstrap_tokens = args.enable_bootstrap_token_auth;
+    config.service_accounts = kaji_apiserver::serviceaccount::Config {
+        signing_key_file: args.service_account_signing_key_file,
+        key_files: args.service_account_key_file,
+        issuer: args.service_account_issuer,
+        api_audiences: args.api_audiences.into_iter().filter(|a| !a.is_empty()).collect(),
+        max_expiration_seconds: match &args.service_account_max_token_expiration {
+            Some(d) => Some(
+                kaji_component::duration::parse_duration(d)
+                    .map_err(anyhow::Error::msg)
+                    .context("--service-account-max-token-expiration")?
+                    .as_secs() as i64,
+            ),
+            None => None,
+        },
+    };
     config.authorization_modes =
         kaji_apiserver::auth::AuthorizationMode::parse_list(&args.authorization_mode).map_err(anyhow::Error::msg)?;
     config.admission_plugins = kaji_apiserver::admission::Plugin::parse_list(&args.enable_admission_plugins)

@@ -90,7 +90,8 @@ impl Layout {
         Ca::load(&files::read(&self.ca_cert())?, &files::read(&self.ca_key())?)
     }
 
-    /// The CA (made if missing), the apiserver's serving and kubelet-client certificates, and
+    /// The CA (made if missing), the apiserver's serving and kubelet-client certificates, the
+    /// ServiceAccount signing key `sa.key` with its `sa.pub` (ECDSA P-256, made if missing), and
     /// the control plane's kubeconfigs.
     pub fn init(&self, spec: &InitSpec) -> Result<Ca> {
         let ca = if self.ca_cert().exists() && self.ca_key().exists() {
@@ -126,6 +127,13 @@ impl Layout {
         let kubelet_client = ca.issue(&CertSpec::client(APISERVER_KUBELET_CLIENT, &[MASTERS]))?;
         files::write_public(&self.pki("apiserver-kubelet-client.crt"), &kubelet_client.cert_pem)?;
         files::write_private(&self.pki("apiserver-kubelet-client.key"), &kubelet_client.key_pem)?;
+        // The ServiceAccount token key pair (kubeadm's sa.key/sa.pub): made once, never replaced,
+        // since replacing it would end every token issued with it.
+        if !self.pki("sa.key").exists() {
+            let key = rcgen::KeyPair::generate()?;
+            files::write_private(&self.pki("sa.key"), &key.serialize_pem())?;
+            files::write_public(&self.pki("sa.pub"), &key.public_key_pem())?;
+        }
         for (file, user, orgs) in [
             ("admin", ADMIN_USER, &[MASTERS][..]),
             ("scheduler", "system:kube-scheduler", &[][..]),
@@ -201,14 +209,25 @@ mod tests {
         for want in ["127.0.0.1", "172.30.0.1", "10.96.0.1"] {
             assert!(id.ips.contains(&want.parse().expect("ip")), "{want} missing from {:?}", id.ips);
         }
-        for f in ["pki/ca.key", "pki/apiserver.key", "pki/apiserver-kubelet-client.key", "admin.conf", "proxy.conf"] {
+        for f in [
+            "pki/ca.key",
+            "pki/apiserver.key",
+            "pki/apiserver-kubelet-client.key",
+            "pki/sa.key",
+            "admin.conf",
+            "proxy.conf",
+        ] {
             let mode = std::fs::metadata(dir.path().join(f)).expect("stat").permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{f}");
         }
         let admin = files::read(&layout.kubeconfig("admin")).expect("read");
         assert!(admin.contains("certificate-authority-data: ") && admin.contains("client-key-data: "));
-        // Again: the same CA, new leaves.
+        let sa_key = files::read(&layout.pki("sa.key")).expect("read");
+        assert!(sa_key.starts_with("-----BEGIN PRIVATE KEY-----"), "PKCS#8");
+        assert!(files::read(&layout.pki("sa.pub")).expect("read").starts_with("-----BEGIN PUBLIC KEY-----"));
+        // Again: the same CA and ServiceAccount key, new leaves.
         let again = layout.init(&spec).expect("init again");
+        assert_eq!(files::read(&layout.pki("sa.key")).expect("read"), sa_key, "tokens already issued stay valid");
         assert_eq!(again.spki_hash().expect("hash"), ca.spki_hash().expect("hash"));
         let node = layout.issue_node(&ca, "n1", &["172.30.0.11".parse().expect("ip")], &spec.server).expect("node");
         let serving = crate::Identity::parse(

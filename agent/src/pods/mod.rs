@@ -57,6 +57,8 @@ pub struct Shared {
     pub allocatable: crate::node::Capacity,
     /// Events go through one writer so they are recorded in the order they happened.
     pub events: tokio::sync::mpsc::UnboundedSender<Event>,
+    /// The pods' projected ServiceAccount tokens.
+    pub tokens: crate::tokens::TokenManager,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
     /// The latest pods as the workers last saw them (served on /pods).
     pods: Mutex<HashMap<String, Arc<Pod>>>,
@@ -93,6 +95,7 @@ impl Manager {
                 network,
                 allocatable,
                 events,
+                tokens: Default::default(),
                 workers: Mutex::new(HashMap::new()),
                 pods: Mutex::new(HashMap::new()),
             }),

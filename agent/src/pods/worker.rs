@@ -179,6 +179,22 @@ impl Worker {
         }
     }
 
+    /// The token of every projected `serviceAccountToken` source, from the token manager; the
+    /// worker wakes when the first of them is due for refresh, to write the new one.
+    async fn fetch_tokens(&mut self, p: &Pod, refs: &mut Refs) {
+        for v in p.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            for (i, src) in v.projected.iter().flat_map(|p| p.sources.iter().flatten()).enumerate() {
+                let Some(t) = &src.service_account_token else { continue };
+                let got = self.s.tokens.get(&self.s.client, p, t).await;
+                if let Ok(issued) = &got {
+                    let wait = issued.refresh_at().as_second() - Timestamp::now().as_second();
+                    self.wake_in(Duration::from_secs(wait.max(1) as u64));
+                }
+                refs.tokens.insert(env::token_key(&v.name, i), got.map(|t| t.token));
+            }
+        }
+    }
+
     fn latest(&self, name: &str) -> Option<&Meta> {
         self.containers.iter().filter(|m| m.container_name == name).max_by_key(|m| m.restart_count)
     }
@@ -249,7 +265,8 @@ impl Worker {
         for w in volumes::write_etc(&dir, p, pod_ip.as_deref().unwrap_or(""), &self.s.config)? {
             self.event_warning(p, w.reason, w.message);
         }
-        let refs = Refs::fetch(&self.s.client, p, None).await?;
+        let mut refs = Refs::fetch(&self.s.client, p, None).await?;
+        self.fetch_tokens(p, &mut refs).await;
         let volume_paths = match volumes::ensure(&dir, p, &refs, &self.node_env(p)) {
             Ok(v) => v,
             Err(volumes::Error::Config(msg)) => {
@@ -1073,6 +1090,7 @@ fn termination_message(m: &Meta, code: i32) -> Option<String> {
 
 /// Removes everything a pod had on the node: containers, sandbox, cgroup, directory.
 pub async fn teardown(s: &Shared, uid: &str, containers: &[Meta]) -> anyhow::Result<()> {
+    s.tokens.forget(uid);
     teardown_pod(&s.runtime, &s.config, s.network.as_deref(), uid, containers).await
 }
 

@@ -50,6 +50,20 @@ impl Node {
     }
 
     async fn start_with(secure: bool) -> anyhow::Result<Node> {
+        Self::start_configured(secure, |_, _| {}).await
+    }
+
+    /// [`Node::start_secure`] with the apiserver's config changed by `tweak` (given the PKI).
+    pub async fn start_secure_with(
+        tweak: impl FnOnce(&mut kaji_apiserver::Config, &kaji_pki::layout::Layout),
+    ) -> anyhow::Result<Node> {
+        Self::start_configured(true, tweak).await
+    }
+
+    async fn start_configured(
+        secure: bool,
+        tweak: impl FnOnce(&mut kaji_apiserver::Config, &kaji_pki::layout::Layout),
+    ) -> anyhow::Result<Node> {
         require_root();
         // RUST_LOG=kaji_agent=debug shows what the agent did when a test fails.
         let _ = tracing_subscriber::fmt()
@@ -73,6 +87,7 @@ impl Node {
                 client_key_file: pki.pki("apiserver-kubelet-client.key"),
                 ca_file: Some(pki.ca_cert()),
             });
+            tweak(&mut api_config, pki);
         }
         let server = kaji_apiserver::start(api_config).await?;
         let client = match &pki {

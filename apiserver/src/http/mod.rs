@@ -48,6 +48,8 @@ pub struct AppState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// host:port clients reach this server at (legacy discovery's serverAddress).
     pub advertise: String,
+    /// Issues `serviceaccounts/{name}/token` (None without `--service-account-signing-key-file`).
+    pub service_account_tokens: Option<Arc<crate::serviceaccount::Tokens>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -403,6 +405,14 @@ async fn resource_request(
         (&Method::POST, None, None) => {
             let v = decode_body(headers, &body)?;
             Ok(outcome_response(reg.create(info, ns, v, &write_options(q, headers, user)?).await?))
+        }
+        (&Method::POST, Some(name), Some(Subresource::Token)) => {
+            // Without a signing key Kubernetes does not serve the subresource at all.
+            let tokens = s.service_account_tokens.as_deref().ok_or_else(not_found)?;
+            let v = decode_body(headers, &body)?;
+            let opts = write_options(q, headers, user)?;
+            let out = crate::serviceaccount::request::create(reg, tokens, ns.unwrap_or("default"), name, &v, &opts)?;
+            Ok(outcome_response(out))
         }
         (&Method::POST, Some(name), Some(Subresource::Binding)) => {
             let v = decode_body(headers, &body)?;

@@ -24,11 +24,19 @@ pub struct Config {
     pub anonymous: bool,
     /// `--enable-bootstrap-token-auth`: bootstrap tokens (Secrets in kube-system) authenticate.
     pub bootstrap_tokens: bool,
+    /// ServiceAccount JWTs (`--service-account-*`): what verifies them.
+    pub service_accounts: Option<Arc<crate::serviceaccount::Tokens>>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { client_ca_file: None, token_auth_file: None, anonymous: true, bootstrap_tokens: false }
+        Self {
+            client_ca_file: None,
+            token_auth_file: None,
+            anonymous: true,
+            bootstrap_tokens: false,
+            service_accounts: None,
+        }
     }
 }
 
@@ -57,7 +65,9 @@ pub fn chain(config: &Config, fallback: Fallback, cache: &Arc<crate::cache::Cach
     if config.bootstrap_tokens {
         tokens.push(Arc::new(bootstrap_token::BootstrapTokens::new(cache.clone())));
     }
-    // ServiceAccount JWTs (b18) join `tokens` here.
+    if let Some(sa) = &config.service_accounts {
+        tokens.push(Arc::new(crate::serviceaccount::authn::ServiceAccountTokens::new(sa.clone(), cache.clone())));
+    }
     let mut authenticators: Vec<Arc<dyn Authenticator>> = Vec::new();
     if let Some(path) = &config.client_ca_file {
         let ca_err = |source| Error::ClientCa { path: path.display().to_string(), source };
