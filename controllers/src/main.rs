@@ -67,6 +67,16 @@ struct Args {
     /// namespace, for pods to verify the apiserver with; without it nothing is published.
     #[arg(long)]
     root_ca_file: Option<std::path::PathBuf>,
+    /// The cluster CA certificate (PEM) csrsigning issues certificates with; without it and
+    /// --cluster-signing-key-file nothing is signed.
+    #[arg(long)]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The cluster CA's private key (PEM).
+    #[arg(long)]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest certificate csrsigning issues (a request may ask for less, not for more).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: Duration,
     /// Run the local-path provisioner: a default `local-path` StorageClass whose claims get a
     /// directory on the node their first pod is scheduled to.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
@@ -89,6 +99,20 @@ async fn main() -> anyhow::Result<()> {
             Some(std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--root-ca-file {}: {e}", path.display()))?)
         }
         None => None,
+    };
+    let csr_signing = match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => {
+            let read =
+                |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+            let ca = kaji_pki::Ca::load(&read(cert)?, &read(key)?)
+                .map_err(|e| anyhow::anyhow!("--cluster-signing-cert-file/--cluster-signing-key-file: {e}"))?;
+            Some(kaji_controllers::certificates::signer::Settings {
+                ca: std::sync::Arc::new(ca),
+                duration: args.cluster_signing_duration,
+            })
+        }
+        (None, None) => None,
+        _ => anyhow::bail!("--cluster-signing-cert-file and --cluster-signing-key-file go together"),
     };
     let config = kaji_controllers::Config {
         leader_election,
@@ -114,6 +138,7 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         root_ca,
+        csr_signing,
         job_backoff: kaji_controllers::job::backoff::Settings::default(),
         local_path: args.local_path_provisioner.then(|| kaji_controllers::localpath::Settings {
             dir: args.local_path_dir.clone(),
