@@ -269,6 +269,88 @@ async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr(
     assert_eq!(status.code, 422);
     assert!(status.message.contains("Approved and Denied conditions are mutually exclusive"), "{}", status.message);
 
+    // Approving takes `approve` on the signer, not just the right to write /approval.
+    let bob_path = data.path().join("bob.kubeconfig");
+    let bob = ca.issue(&kaji_pki::CertSpec::client("bob", &["csr-approvers"])).expect("bob");
+    kubeconfig(
+        &bob_path,
+        &url,
+        ca.cert_pem(),
+        Credentials::Certificate { cert_pem: bob.cert_pem, key_pem: bob.key_pem },
+    );
+    let (_, request) = kaji_pki::csr::new_request("carol", &["dev"], &[], &[]).expect("csr");
+    let carol: CertificateSigningRequest = serde_json::from_value(json!({
+        "metadata": {"name": "carol"},
+        "spec": {"request": base64(&request), "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["digital signature", "client auth"], "expirationSeconds": 3600}
+    }))
+    .expect("csr");
+    csrs.create(&PostParams::default(), &carol).await.expect("create");
+    let rbac = |args: &[&str]| {
+        let (ok, _, err) = kubectl(&admin_path, args);
+        assert!(ok, "{err}");
+    };
+    rbac(&[
+        "create",
+        "clusterrole",
+        "csr-writer",
+        "--verb=get,list,update",
+        "--resource=certificatesigningrequests,certificatesigningrequests/approval",
+    ]);
+    rbac(&["create", "clusterrolebinding", "csr-writer", "--clusterrole=csr-writer", "--group=csr-approvers"]);
+    let (ok, _, err) = kubectl(&bob_path, &["certificate", "approve", "carol"]);
+    assert!(!ok);
+    assert!(
+        err.contains("certificatesigningrequests.certificates.k8s.io \"carol\" is forbidden: user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""),
+        "{err}"
+    );
+    // `signers` is not a served resource (kubectl create clusterrole would refuse it): the API.
+    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "signer-approver"},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
+            "resourceNames": ["kubernetes.io/*"]}]
+    }))
+    .expect("role");
+    Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create role");
+    rbac(&[
+        "create",
+        "clusterrolebinding",
+        "signer-approver",
+        "--clusterrole=signer-approver",
+        "--group=csr-approvers",
+    ]);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (ok, out, err) = kubectl(&bob_path, &["certificate", "approve", "carol"]);
+        if ok {
+            assert_eq!(out.trim(), "certificatesigningrequest.certificates.k8s.io/carol approved");
+            break;
+        }
+        // RBAC is read from the watch cache: the new binding may take a moment.
+        assert!(Instant::now() < deadline, "{err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + WAIT;
+    let issued = loop {
+        let c = csrs.get("carol").await.expect("get");
+        if let Some(cert) = c.status.as_ref().and_then(|s| s.certificate.clone()) {
+            break cert;
+        }
+        assert!(Instant::now() < deadline, "carol's request was not signed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let der = kaji_pki::cert::first_cert(&String::from_utf8_lossy(&issued.0), "carol").expect("pem");
+    let id = kaji_pki::Identity::parse(der.as_ref()).expect("identity");
+    assert_eq!((id.common_name.as_str(), id.organizations.clone()), ("carol", vec!["dev".to_string()]));
+    // The requested hour, backdated five minutes as Kubernetes' signer does.
+    assert_eq!(id.not_after - id.not_before, 3600 + 300);
+    let (_, out, _) = kubectl(&admin_path, &["get", "csr", "carol", "--no-headers"]);
+    let row: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!((row[3], row[4], row[5]), ("kubernetes-admin", "60m", "Approved,Issued"), "{out}");
+
     drop(agent);
     manager.shutdown().await.expect("manager stops");
 }
