@@ -217,6 +217,8 @@ async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr(
     assert!(ok, "{err}");
     assert_eq!(out, format!("system:node:{node_name}"));
 
+    let (ok, out, err) = kubectl(&admin_path, &["explain", "csr.spec.signerName"]);
+    assert!(ok && out.contains("FIELD: signerName <string>"), "{out}{err}");
     let (ok, out, err) = kubectl(&admin_path, &["get", "csr"]);
     assert!(ok, "{err}");
     let mut lines = out.lines();
