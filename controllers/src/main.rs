@@ -100,20 +100,7 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let csr_signing = match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
-        (Some(cert), Some(key)) => {
-            let read =
-                |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
-            let ca = kaji_pki::Ca::load(&read(cert)?, &read(key)?)
-                .map_err(|e| anyhow::anyhow!("--cluster-signing-cert-file/--cluster-signing-key-file: {e}"))?;
-            Some(kaji_controllers::certificates::signer::Settings {
-                ca: std::sync::Arc::new(ca),
-                duration: args.cluster_signing_duration,
-            })
-        }
-        (None, None) => None,
-        _ => anyhow::bail!("--cluster-signing-cert-file and --cluster-signing-key-file go together"),
-    };
+    let csr_signing = csr_signing(&args)?;
     let config = kaji_controllers::Config {
         leader_election,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
@@ -158,6 +145,24 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// csrsigning's CA from `--cluster-signing-cert-file`/`--cluster-signing-key-file` (both or none).
+fn csr_signing(args: &Args) -> anyhow::Result<Option<kaji_controllers::certificates::signer::Settings>> {
+    Ok(match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => {
+            let read =
+                |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+            let ca = kaji_pki::Ca::load(&read(cert)?, &read(key)?)
+                .map_err(|e| anyhow::anyhow!("--cluster-signing-cert-file/--cluster-signing-key-file: {e}"))?;
+            Some(kaji_controllers::certificates::signer::Settings {
+                ca: std::sync::Arc::new(ca),
+                duration: args.cluster_signing_duration,
+            })
+        }
+        (None, None) => None,
+        _ => anyhow::bail!("--cluster-signing-cert-file and --cluster-signing-key-file go together"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +203,31 @@ mod tests {
         ]);
         assert!(!args.enable_garbage_collector);
         assert_eq!((args.terminated_pod_gc_threshold, args.namespace_sync_period), (10, Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn the_signer_needs_both_ca_files_and_defaults_to_a_year() {
+        let args = Args::parse_from(["kaji-controller-manager"]);
+        assert_eq!(args.cluster_signing_duration, Duration::from_secs(8760 * 3600));
+        assert!(csr_signing(&args).expect("no signer").is_none());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = kaji_pki::Ca::generate("kubernetes", kaji_pki::ca::CA_VALIDITY).expect("ca");
+        let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+        std::fs::write(&cert, ca.cert_pem()).expect("cert");
+        std::fs::write(&key, ca.key_pem()).expect("key");
+        let (cert, key) = (cert.to_string_lossy().into_owned(), key.to_string_lossy().into_owned());
+        let only_cert = Args::parse_from(["kaji-controller-manager", "--cluster-signing-cert-file", &cert]);
+        assert!(csr_signing(&only_cert).is_err());
+        let both = Args::parse_from([
+            "kaji-controller-manager",
+            "--cluster-signing-cert-file",
+            &cert,
+            "--cluster-signing-key-file",
+            &key,
+            "--cluster-signing-duration=24h",
+        ]);
+        let settings = csr_signing(&both).expect("loads").expect("a signer");
+        assert_eq!(settings.duration, Duration::from_secs(24 * 3600));
+        assert_eq!(settings.ca.cert_pem(), ca.cert_pem());
     }
 }
