@@ -1,7 +1,7 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
 //! DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node lifecycle, node IPAM, garbage
 //! collector, namespace, pod GC, ServiceAccount, root CA publisher, ClusterRole aggregation,
-//! CSR approving and signing and local-path provisioner loops on
+//! CSR approving, signing and cleaning and local-path provisioner loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod certificates;
@@ -251,6 +251,7 @@ async fn controllers(
     let mut csrs = Informer::<CertificateSigningRequest>::new(Api::all(client.clone()));
     let approver_ctx = Arc::new(certificates::approver::Ctx { shared: shared(), csrs: csrs.store() });
     let approver_triggers = csrs.subscribe();
+    let cleaner_ctx = Arc::new(certificates::cleaner::Ctx { shared: shared(), csrs: csrs.store() });
     let signer = config.csr_signing.clone().map(|settings| {
         let ctx = Arc::new(certificates::signer::Ctx { shared: shared(), settings, csrs: csrs.store() });
         (ctx, csrs.subscribe())
@@ -406,6 +407,7 @@ async fn controllers(
             }
         },
         certificates::approver::run(approver_ctx, approver_triggers, stopped(stop.clone())),
+        certificates::cleaner::run(cleaner_ctx, stopped(stop.clone())),
         async {
             if let Some((ctx, triggers)) = signer {
                 certificates::signer::run(ctx, triggers, stopped(stop.clone())).await;

@@ -1,9 +1,10 @@
 //! CertificateSigningRequest controllers: `csrapproving` (auto-approves kubelets' client
 //! certificates after a SubjectAccessReview) and `csrsigning` (issues approved requests of the
-//! `kubernetes.io` signers with the cluster CA), plus the request checks both share
+//! `kubernetes.io` signers with the cluster CA), `csrcleaner` (deletes requests past their use), plus the request checks both share
 //! (`pkg/apis/certificates/v1/helpers.go`).
 
 pub mod approver;
+pub mod cleaner;
 pub mod signer;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
