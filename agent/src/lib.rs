@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod auth;
+pub mod bootstrap;
 pub mod cgroup;
 pub mod dns;
 pub mod env;

@@ -13,6 +13,14 @@ use clap::{Parser, Subcommand};
 struct Args {
     #[command(flatten)]
     api: kaji_component::ApiArgs,
+    /// A kubeconfig with a bootstrap token: when --kubeconfig is missing or its client certificate
+    /// has expired, ask for a node certificate with it (a CertificateSigningRequest) and write
+    /// --kubeconfig using the certificate issued.
+    #[arg(long)]
+    bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the bootstrapped client key and certificate go (default: <root-dir>/pki).
+    #[arg(long)]
+    cert_dir: Option<PathBuf>,
     /// Node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -283,6 +291,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(n) => n.clone(),
         None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
     };
+    if let Some(bootstrap) = &args.bootstrap_kubeconfig {
+        let kubeconfig = args
+            .api
+            .kubeconfig
+            .clone()
+            .context("--bootstrap-kubeconfig needs --kubeconfig: where to write the result")?;
+        let paths = kaji_agent::bootstrap::Paths {
+            bootstrap_kubeconfig: bootstrap.clone(),
+            kubeconfig,
+            cert_dir: args.cert_dir.clone().unwrap_or_else(|| args.root_dir.join("pki")),
+        };
+        kaji_agent::bootstrap::ensure(&paths, &node_name, std::time::Duration::from_secs(3600))
+            .await
+            .context("failed to run the TLS bootstrap")?;
+    }
     let node_ip = node_ip(&args)?;
     let mut config = kaji_agent::Config::new(node_name, node_ip, args.root_dir.clone());
     config.cgroup_parent = args.cgroup_parent.clone();

@@ -13,6 +13,8 @@ pub enum Subresource {
     Finalize,
     /// `serviceaccounts/{name}/token`: creates a TokenRequest (a signed token, nothing stored).
     Token,
+    /// `certificatesigningrequests/{name}/approval`: writes only the Approved/Denied conditions.
+    Approval,
 }
 
 impl Subresource {
@@ -23,6 +25,7 @@ impl Subresource {
             Subresource::Binding => "binding",
             Subresource::Finalize => "finalize",
             Subresource::Token => "token",
+            Subresource::Approval => "approval",
         }
     }
 
@@ -33,6 +36,7 @@ impl Subresource {
             "binding" => Some(Subresource::Binding),
             "finalize" => Some(Subresource::Finalize),
             "token" => Some(Subresource::Token),
+            "approval" => Some(Subresource::Approval),
             _ => None,
         }
     }
@@ -182,6 +186,17 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res!(RBAC, "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, NONE, NONE, &[], true),
     res!(RBAC, "Role", "roles", "role", true, NONE, NONE, &[], true),
     res!(RBAC, "RoleBinding", "rolebindings", "rolebinding", true, NONE, NONE, &[], true),
+    res!(
+        CERTIFICATES,
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        "certificatesigningrequest",
+        false,
+        &["csr"],
+        NONE,
+        &[Status, Approval],
+        false
+    ),
     res!("storage.k8s.io", "StorageClass", "storageclasses", "storageclass", false, &["sc"], NONE, &[], false),
     res!(
         AUTHZ,
@@ -222,6 +237,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
 ];
 
 const RBAC: &str = "rbac.authorization.k8s.io";
+const CERTIFICATES: &str = "certificates.k8s.io";
 const AUTHZ: &str = "authorization.k8s.io";
 const AUTHN: &str = "authentication.k8s.io";
 

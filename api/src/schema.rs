@@ -1,6 +1,8 @@
 //! Type-checks an object against its k8s-openapi schema and finds fields the schema does not know.
 
-use k8s_openapi::api::{apps, authentication, authorization, batch, coordination, core, discovery, rbac, storage};
+use k8s_openapi::api::{
+    apps, authentication, authorization, batch, certificates, coordination, core, discovery, rbac, storage,
+};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -43,6 +45,7 @@ pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
         "Job" => roundtrip::<batch::v1::Job>(obj),
         "CronJob" => roundtrip::<batch::v1::CronJob>(obj),
         "StorageClass" => roundtrip::<storage::v1::StorageClass>(obj),
+        "CertificateSigningRequest" => roundtrip::<certificates::v1::CertificateSigningRequest>(obj),
         "EndpointSlice" => roundtrip::<discovery::v1::EndpointSlice>(obj),
         "Lease" => roundtrip::<coordination::v1::Lease>(obj),
         "ClusterRole" => roundtrip::<rbac::v1::ClusterRole>(obj),

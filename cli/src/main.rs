@@ -53,6 +53,11 @@ enum Command {
     },
     /// List events, oldest first.
     Events(cmd::events::Args),
+    /// Bootstrap tokens, for nodes that join with `kaji-agent --bootstrap-kubeconfig`.
+    Token {
+        #[command(subcommand)]
+        command: cmd::token::Command,
+    },
     /// Print a shell completion script: `source <(kaji completion bash)`.
     Completion {
         #[arg(value_enum)]
@@ -116,6 +121,7 @@ async fn run(conn: &ConnArgs, command: Command) -> anyhow::Result<()> {
         Command::Scale(args) => cmd::scale::run(&cl, args).await,
         Command::Rollout { command } => cmd::rollout::run(&cl, command).await,
         Command::Events(args) => cmd::events::run(&cl, args).await,
+        Command::Token { command } => cmd::token::run(&cl, command).await,
         Command::Lab { command } => lab::run(command).await,
         Command::Completion { .. } | Command::Pki { .. } => Ok(()),
     }

@@ -454,3 +454,27 @@ fn usage_errors_are_one_line_and_help_lists_the_commands() {
     assert!(one_line_failure(&lab, &["lab"]).contains("do not apply to `kaji lab` (did you mean --nodes?)"));
     assert!(c.fails(&["get", "pods", "pod/web"]).starts_with("error: there is no need to specify a resource type"));
 }
+
+#[test]
+fn token_create_prints_a_bootstrap_token_its_secret_vouches_for() {
+    let c = Cluster::start();
+    let out = c.ok(&["token", "create", "--ttl", "2h", "--description", "for n1"]);
+    let token = out.trim();
+    let (id, secret) = token.split_once('.').expect("<id>.<secret>");
+    assert_eq!((id.len(), secret.len()), (6, 16), "{token}");
+    let s = c.get(&format!("/api/v1/namespaces/kube-system/secrets/bootstrap-token-{id}"));
+    assert_eq!(s["type"], "bootstrap.kubernetes.io/token");
+    let field = |k: &str| {
+        use base64::Engine;
+        let b = base64::engine::general_purpose::STANDARD.decode(s["data"][k].as_str().unwrap_or("")).expect("base64");
+        String::from_utf8(b).expect("utf-8")
+    };
+    assert_eq!((field("token-id"), field("token-secret")), (id.to_string(), secret.to_string()));
+    assert_eq!(field("usage-bootstrap-authentication"), "true");
+    assert_eq!(field("description"), "for n1");
+    let expires: jiff::Timestamp = field("expiration").parse().expect("RFC 3339");
+    let left = expires.as_second() - jiff::Timestamp::now().as_second();
+    assert!((7100..=7200).contains(&left), "expires in {left} s");
+    let err = c.fails(&["token", "create", "--groups", "admins"]);
+    assert!(err.contains("does not start with \"system:bootstrappers:\""), "{err}");
+}

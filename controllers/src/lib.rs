@@ -1,9 +1,10 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
 //! DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node lifecycle, node IPAM, garbage
-//! collector, namespace, pod GC, ServiceAccount, root CA publisher, ClusterRole aggregation and
-//! local-path provisioner loops on
+//! collector, namespace, pod GC, ServiceAccount, root CA publisher, ClusterRole aggregation,
+//! CSR approving, signing and cleaning and local-path provisioner loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
+pub mod certificates;
 pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod daemonset;
@@ -38,6 +39,7 @@ use crate::shared::Shared;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service, ServiceAccount,
@@ -90,6 +92,9 @@ pub struct Config {
     /// The cluster CA bundle (PEM) published as `kube-root-ca.crt` in every namespace
     /// (`--root-ca-file`); `None` turns the root CA publisher off.
     pub root_ca: Option<String>,
+    /// The cluster CA csrsigning issues with (`--cluster-signing-cert-file`/`-key-file`);
+    /// `None` turns the signer off (the approver always runs).
+    pub csr_signing: Option<certificates::signer::Settings>,
     /// The Job controller's pod failure back-off.
     pub job_backoff: job::backoff::Settings,
     /// The local-path provisioner (and its default `local-path` StorageClass); `None` turns it off.
@@ -107,6 +112,7 @@ impl Default for Config {
             namespace: namespace::Settings::default(),
             pod_gc: podgc::Settings::default(),
             root_ca: None,
+            csr_signing: None,
             job_backoff: job::backoff::Settings::default(),
             local_path: None,
         }
@@ -242,6 +248,14 @@ async fn controllers(
         });
         (ctx, namespaces.subscribe(), root_cms.subscribe())
     });
+    let mut csrs = Informer::<CertificateSigningRequest>::new(Api::all(client.clone()));
+    let approver_ctx = Arc::new(certificates::approver::Ctx { shared: shared(), csrs: csrs.store() });
+    let approver_triggers = csrs.subscribe();
+    let cleaner_ctx = Arc::new(certificates::cleaner::Ctx { shared: shared(), csrs: csrs.store() });
+    let signer = config.csr_signing.clone().map(|settings| {
+        let ctx = Arc::new(certificates::signer::Ctx { shared: shared(), settings, csrs: csrs.store() });
+        (ctx, csrs.subscribe())
+    });
     let mut cluster_roles = Informer::<ClusterRole>::new(Api::all(client.clone()));
     let agg_ctx = Arc::new(clusterroleaggregation::Ctx { shared: shared(), roles: cluster_roles.store() });
     let agg_triggers = (cluster_roles.subscribe(), cluster_roles.subscribe());
@@ -288,6 +302,7 @@ async fn controllers(
         let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
+        let csr = csrs.store();
         let (j, cj) = (jobs.store(), cron_jobs.store());
         let (dss, crs, sts) = (daemon_sets.store(), revisions.store(), stateful_sets.store());
         async move {
@@ -303,6 +318,7 @@ async fn controllers(
                 && sa.wait_until_ready().await.is_ok()
                 && cm.wait_until_ready().await.is_ok()
                 && cr.wait_until_ready().await.is_ok()
+                && csr.wait_until_ready().await.is_ok()
                 && j.wait_until_ready().await.is_ok()
                 && cj.wait_until_ready().await.is_ok()
                 && dss.wait_until_ready().await.is_ok()
@@ -323,6 +339,7 @@ async fn controllers(
     accounts.spawn(stop.clone());
     root_cms.spawn(stop.clone());
     cluster_roles.spawn(stop.clone());
+    csrs.spawn(stop.clone());
     jobs.spawn(stop.clone());
     cron_jobs.spawn(stop.clone());
     daemon_sets.spawn(stop.clone());
@@ -387,6 +404,13 @@ async fn controllers(
         async {
             if let Some((ctx, namespaces, config_maps)) = rootca {
                 rootca::run(ctx, namespaces, config_maps, stopped(stop.clone())).await;
+            }
+        },
+        certificates::approver::run(approver_ctx, approver_triggers, stopped(stop.clone())),
+        certificates::cleaner::run(cleaner_ctx, stopped(stop.clone())),
+        async {
+            if let Some((ctx, triggers)) = signer {
+                certificates::signer::run(ctx, triggers, stopped(stop.clone())).await;
             }
         },
         clusterroleaggregation::run(agg_ctx, agg_triggers.0, agg_triggers.1, stopped(stop.clone())),

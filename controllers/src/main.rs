@@ -67,6 +67,16 @@ struct Args {
     /// namespace, for pods to verify the apiserver with; without it nothing is published.
     #[arg(long)]
     root_ca_file: Option<std::path::PathBuf>,
+    /// The cluster CA certificate (PEM) csrsigning issues certificates with; without it and
+    /// --cluster-signing-key-file nothing is signed.
+    #[arg(long)]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The cluster CA's private key (PEM).
+    #[arg(long)]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest certificate csrsigning issues (a request may ask for less, not for more).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: Duration,
     /// Run the local-path provisioner: a default `local-path` StorageClass whose claims get a
     /// directory on the node their first pod is scheduled to.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
@@ -90,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    let csr_signing = csr_signing(&args)?;
     let config = kaji_controllers::Config {
         leader_election,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
@@ -114,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         root_ca,
+        csr_signing,
         job_backoff: kaji_controllers::job::backoff::Settings::default(),
         local_path: args.local_path_provisioner.then(|| kaji_controllers::localpath::Settings {
             dir: args.local_path_dir.clone(),
@@ -131,6 +143,24 @@ async fn main() -> anyhow::Result<()> {
     handle.wait().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// csrsigning's CA from `--cluster-signing-cert-file`/`--cluster-signing-key-file` (both or none).
+fn csr_signing(args: &Args) -> anyhow::Result<Option<kaji_controllers::certificates::signer::Settings>> {
+    Ok(match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => {
+            let read =
+                |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+            let ca = kaji_pki::Ca::load(&read(cert)?, &read(key)?)
+                .map_err(|e| anyhow::anyhow!("--cluster-signing-cert-file/--cluster-signing-key-file: {e}"))?;
+            Some(kaji_controllers::certificates::signer::Settings {
+                ca: std::sync::Arc::new(ca),
+                duration: args.cluster_signing_duration,
+            })
+        }
+        (None, None) => None,
+        _ => anyhow::bail!("--cluster-signing-cert-file and --cluster-signing-key-file go together"),
+    })
 }
 
 #[cfg(test)]
@@ -173,5 +203,31 @@ mod tests {
         ]);
         assert!(!args.enable_garbage_collector);
         assert_eq!((args.terminated_pod_gc_threshold, args.namespace_sync_period), (10, Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn the_signer_needs_both_ca_files_and_defaults_to_a_year() {
+        let args = Args::parse_from(["kaji-controller-manager"]);
+        assert_eq!(args.cluster_signing_duration, Duration::from_secs(8760 * 3600));
+        assert!(csr_signing(&args).expect("no signer").is_none());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = kaji_pki::Ca::generate("kubernetes", kaji_pki::ca::CA_VALIDITY).expect("ca");
+        let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+        std::fs::write(&cert, ca.cert_pem()).expect("cert");
+        std::fs::write(&key, ca.key_pem()).expect("key");
+        let (cert, key) = (cert.to_string_lossy().into_owned(), key.to_string_lossy().into_owned());
+        let only_cert = Args::parse_from(["kaji-controller-manager", "--cluster-signing-cert-file", &cert]);
+        assert!(csr_signing(&only_cert).is_err());
+        let both = Args::parse_from([
+            "kaji-controller-manager",
+            "--cluster-signing-cert-file",
+            &cert,
+            "--cluster-signing-key-file",
+            &key,
+            "--cluster-signing-duration=24h",
+        ]);
+        let settings = csr_signing(&both).expect("loads").expect("a signer");
+        assert_eq!(settings.duration, Duration::from_secs(24 * 3600));
+        assert_eq!(settings.ca.cert_pem(), ca.cert_pem());
     }
 }

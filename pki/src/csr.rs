@@ -18,6 +18,12 @@ pub fn request_for(key_pem: &str, cn: &str, orgs: &[&str], dns_names: &[String],
     request_for_key(&KeyPair::from_pem(key_pem)?, cn, orgs, dns_names, ips)
 }
 
+/// The SubjectPublicKeyInfo (DER) of a private key (PEM): what kubelet hashes into its CSR name.
+pub fn public_key_der(key_pem: &str) -> Result<Vec<u8>> {
+    use rcgen::PublicKeyData;
+    Ok(KeyPair::from_pem(key_pem)?.subject_public_key_info())
+}
+
 fn request_for_key(key: &KeyPair, cn: &str, orgs: &[&str], dns_names: &[String], ips: &[IpAddr]) -> Result<String> {
     let mut p = CertificateParams::default();
     let mut dn = DistinguishedName::new();

@@ -2,6 +2,7 @@
 //! server-side the way Kubernetes' `pkg/printers/internalversion` printers do (always "wide").
 
 mod age;
+mod certificates;
 mod columns;
 mod event;
 mod node;
@@ -14,6 +15,7 @@ mod test_support;
 mod workloads;
 
 pub use age::human_duration;
+pub use certificates::condition as csr_condition;
 pub use columns::columns;
 pub use storage::{is_default_class, DEFAULT_CLASS_ANNOTATION};
 
@@ -104,6 +106,7 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         "RoleBinding" | "ClusterRoleBinding" => binding_cells(o, name, age),
         other if workloads::columns(other).is_some() => workloads::cells(other, o, name, age, now).unwrap_or_default(),
         other if storage::columns(other).is_some() => storage::cells(other, o, name, age).unwrap_or_default(),
+        other if certificates::columns(other).is_some() => certificates::cells(other, o, name, age).unwrap_or_default(),
         _ => {
             let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
             let created = Timestamp::from_second(created.as_second()).unwrap_or(created);

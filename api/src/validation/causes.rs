@@ -167,6 +167,7 @@ fn qualified_kind(kind: &str) -> String {
         "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "ControllerRevision" => format!("{kind}.apps"),
         "Job" | "CronJob" => format!("{kind}.batch"),
         "StorageClass" => format!("{kind}.storage.k8s.io"),
+        "CertificateSigningRequest" => format!("{kind}.certificates.k8s.io"),
         "EndpointSlice" => format!("{kind}.discovery.k8s.io"),
         "Lease" => format!("{kind}.coordination.k8s.io"),
         _ => kind.to_string(),

@@ -7,6 +7,7 @@
 mod apps;
 mod batch;
 mod causes;
+mod certificates;
 mod container;
 mod json;
 mod meta;
@@ -23,6 +24,7 @@ mod test_support;
 mod workloads;
 
 pub use causes::{invalid_message, BadValue, Cause};
+pub use certificates::{CsrWrite, USAGES as KEY_USAGES};
 pub use names::{
     config_map_key_errors, dns1035_label_errors, dns1123_label_errors, dns1123_subdomain_errors, env_var_name_errors,
     label_value_errors, port_name_errors, qualified_name_errors,
@@ -110,6 +112,7 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
         "PersistentVolume" => validate_volume_update(new_spec, old_spec, &mut out),
         "PersistentVolumeClaim" => validate_claim_update(new_spec, old_spec, &mut out),
         "StorageClass" => validate_storage_class_update(new, old, &mut out),
+        "CertificateSigningRequest" => certificates::validate_update(new, old, CsrWrite::Main, &mut out),
         _ => {}
     }
     if kind == "StatefulSet" {
@@ -196,6 +199,7 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
             validate_collision_count(new, old, &mut out);
         }
         "Job" => validate_job_status(status, &mut out),
+        "CertificateSigningRequest" => certificates::validate_update(new, old, CsrWrite::Status, &mut out),
         "CronJob" => {}
         "PersistentVolume" => validate_volume_status(status, &mut out),
         "PersistentVolumeClaim" => validate_claim_status(status, &mut out),
@@ -209,6 +213,15 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
         }
         _ => {}
     }
+    out
+}
+
+/// A write to a CertificateSigningRequest's `/approval`: metadata rules, then the request's own
+/// (which allow adding Approved or Denied).
+pub fn validate_approval_update(new: &Value, old: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    validate_meta_update(new, old, &mut out);
+    certificates::validate_update(new, old, CsrWrite::Approval, &mut out);
     out
 }
 
@@ -227,6 +240,8 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Service" => (Some(true), NameRule::Dns1035),
         "Role" | "RoleBinding" => (Some(true), NameRule::PathSegment),
         "ClusterRole" | "ClusterRoleBinding" => (Some(false), NameRule::PathSegment),
+        // "We don't care what you call your certificate requests" (ValidateCertificateRequestName).
+        "CertificateSigningRequest" => (Some(false), NameRule::PathSegment),
         "Pod"
         | "Endpoints"
         | "Event"
@@ -270,6 +285,8 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "PersistentVolume" => validate_volume(obj, &mut out),
         "PersistentVolumeClaim" => validate_claim(obj, &mut out),
         "StorageClass" => validate_storage_class(obj, &mut out),
+        // An update's rules depend on the endpoint and the stored object: validate_update.
+        "CertificateSigningRequest" if op == Op::Create => certificates::validate_create(obj, &mut out),
         "Namespace" => {
             for f in strs(spec, "finalizers") {
                 validate_finalizer_name(&f, "spec.finalizers", &mut out);

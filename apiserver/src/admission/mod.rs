@@ -2,6 +2,7 @@
 //! NodeRestriction; and the RBAC escalation check every RBAC write gets (Kubernetes does it in
 //! its RBAC storage, whatever the plugins).
 
+pub mod certificates;
 pub mod node_restriction;
 pub mod service_account;
 
@@ -54,7 +55,7 @@ pub struct Deps {
 }
 
 /// The chain for `enabled` (run in Kubernetes' order whatever the order given), then the plugins
-/// every registry has (DefaultStorageClass), then the RBAC escalation check.
+/// every registry has (DefaultStorageClass, CertificateApproval/CertificateSigning), then the RBAC escalation check.
 pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     let mut all: Vec<Arc<dyn Admission>> = Vec::new();
     for p in Plugin::ALL.iter().filter(|p| enabled.contains(p)) {
@@ -64,6 +65,7 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
         });
     }
     all.push(Arc::new(crate::auth::storage::DefaultStorageClass::new(deps.store.clone())));
+    all.push(Arc::new(certificates::CertificateAdmission { authorizer: deps.authorizer.clone() }));
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
     Arc::new(AdmissionChain(all))
 }

@@ -394,7 +394,7 @@ async fn resource_request(
         (&Method::GET, None, None) if watch => watch::serve(s, info, ns, None, q, accept).await,
         (&Method::GET, None, None) => lists::list(s, info, ns, q, accept).await,
         (&Method::GET, Some(name), None) if watch => watch::serve(s, info, ns, Some(name), q, accept).await,
-        (&Method::GET, Some(name), None | Some(Subresource::Status)) => {
+        (&Method::GET, Some(name), None | Some(Subresource::Status | Subresource::Approval)) => {
             let obj = reg.get(info, ns, name)?;
             Ok(lists::single(info, obj, accept))
         }
@@ -418,7 +418,7 @@ async fn resource_request(
             let v = decode_body(headers, &body)?;
             Ok(outcome_response(reg.bind(ns.unwrap_or("default"), name, v, &write_options(q, headers, user)?).await?))
         }
-        (&Method::PUT, Some(name), None | Some(Subresource::Status)) => {
+        (&Method::PUT, Some(name), None | Some(Subresource::Status | Subresource::Approval)) => {
             let v = decode_body(headers, &body)?;
             Ok(outcome_response(reg.update(info, ns, name, v, sub, &write_options(q, headers, user)?).await?))
         }
@@ -431,7 +431,7 @@ async fn resource_request(
             let v = decode_body(headers, &body)?;
             Ok(outcome_response(reg.finalize_namespace(name, v, &write_options(q, headers, user)?).await?))
         }
-        (&Method::PATCH, Some(name), None | Some(Subresource::Status) | Some(Subresource::Scale)) => {
+        (&Method::PATCH, Some(name), None | Some(Subresource::Status | Subresource::Approval | Subresource::Scale)) => {
             let kind = match content_type(headers).as_str() {
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,

@@ -16,6 +16,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 fn subresource(sub: Option<Subresource>, opts: &WriteOptions) -> String {
     match sub {
         Some(Subresource::Status) => "status".into(),
+        Some(Subresource::Approval) => "approval".into(),
         _ => opts.subresource.unwrap_or("").into(),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod alloc;
 mod apply;
+mod certificates;
 mod delete;
 pub mod meta;
 mod namespaces;
@@ -321,6 +322,7 @@ impl Registry {
                 }
             }
             "PersistentVolume" => volumes::new_volume_status(&mut body),
+            "CertificateSigningRequest" => certificates::prepare_create(&mut body, &opts.user),
             _ => {}
         }
         if info.kind == "Service" {
@@ -429,7 +431,7 @@ impl Registry {
     ) -> ApiResult<Outcome> {
         let sent = new.pointer("/metadata/managedFields").cloned();
         match sub {
-            Some(Subresource::Status) => {
+            Some(Subresource::Status | Subresource::Approval) => {
                 // Only status changes through /status.
                 let status = new.get("status").cloned();
                 new = old.clone();
@@ -465,6 +467,9 @@ impl Registry {
                 }
             }
         }
+        if info.kind == "CertificateSigningRequest" {
+            certificates::prepare_update(&mut new, old, sub == Some(Subresource::Approval));
+        }
         defaults::apply_defaults(info.kind, &mut new);
         let req = AdmissionRequest {
             user: &opts.user,
@@ -486,6 +491,7 @@ impl Registry {
         }
         let causes = match sub {
             Some(Subresource::Status) => validation::validate_status_update(info.kind, &new, old),
+            Some(Subresource::Approval) => validation::validate_approval_update(&new, old),
             _ => validation::validate_update(info.kind, &new, old),
         };
         if !causes.is_empty() {

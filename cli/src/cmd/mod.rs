@@ -10,6 +10,7 @@ pub mod get;
 pub mod logs;
 pub mod rollout;
 pub mod scale;
+pub mod token;
 
 use anyhow::{bail, Result};
 use serde_json::Value;

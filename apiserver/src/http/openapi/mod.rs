@@ -283,7 +283,7 @@ fn operations(r: &ResourceInfo, d: &Definitions) -> Vec<(String, Vec<Param>, Vec
         let all = format!("{prefix}/{}", r.plural);
         out.push((all, vec![], vec![op("get", "list", id("list", "", "ForAllNamespaces"), LIST, None, &list_def)]));
     }
-    for sub in [Subresource::Status, Subresource::Scale].into_iter().filter(|s| r.has(*s)) {
+    for sub in [Subresource::Status, Subresource::Approval, Subresource::Scale].into_iter().filter(|s| r.has(*s)) {
         let (def, gvk) = match sub {
             Subresource::Scale => ("io.k8s.api.autoscaling.v1.Scale".to_string(), ("autoscaling", "v1", "Scale")),
             _ => (kind_def.clone(), (r.group, r.version, r.kind)),
