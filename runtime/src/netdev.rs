@@ -84,7 +84,9 @@ fn move_one(here: &mut Rtnl, there: &mut Rtnl, host: &str, new_name: &str, targe
     let index = there.find_moved(&link).map_err(op("find the moved"))?;
     for mut addr in keep {
         addr.header.index = index;
-        there.request(RouteNetlinkMessage::NewAddress(addr), NLM_F_CREATE | NLM_F_EXCL).map_err(op("keep an address of"))?;
+        there
+            .request(RouteNetlinkMessage::NewAddress(addr), NLM_F_CREATE | NLM_F_EXCL)
+            .map_err(op("keep an address of"))?;
     }
     there.set_up(index, true).map_err(op("set up"))?;
     Ok(())
@@ -116,7 +118,10 @@ pub fn permanent_global_addresses(addrs: &[AddressMessage]) -> Vec<AddressMessag
                 .attributes
                 .iter()
                 .filter(|at| {
-                    matches!(at, AddressAttribute::Address(_) | AddressAttribute::Local(_) | AddressAttribute::Broadcast(_))
+                    matches!(
+                        at,
+                        AddressAttribute::Address(_) | AddressAttribute::Local(_) | AddressAttribute::Broadcast(_)
+                    )
                 })
                 .cloned()
                 .collect();
