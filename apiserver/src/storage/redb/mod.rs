@@ -6,11 +6,16 @@
 //! lock that readers and the writer share and compaction takes alone, for the few milliseconds
 //! to seconds it runs).
 
+mod codec;
+mod reopen;
+
 use super::{Error, Event, EventKind, KeyValue, Result, Store, StoreSize, WatchStream};
+use codec::{decode_event, decode_kv, encode_event, encode_kv, live_delta, log_bytes};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use reopen::{is_io, unavailable, Counters, DbGuard};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
 
 /// key -> [create_rev u64][mod_rev u64][value]
@@ -45,7 +50,9 @@ pub struct RedbStore {
 struct Inner {
     /// Shared by every transaction (readers and the writer thread hold it for as long as their
     /// transaction lives); taken alone only to rewrite the file. Lock order: `publish`, then `db`.
-    db: RwLock<Database>,
+    /// `None` between an I/O error and a successful reopen (redb refuses every transaction after
+    /// one until the database is closed and opened again).
+    db: RwLock<Option<Database>>,
     path: PathBuf,
     /// Held across commit + revision bump + publish, and by readers that need a snapshot whose
     /// revision matches exactly (list, watch setup, compaction).
@@ -90,126 +97,16 @@ fn backend(e: impl std::fmt::Display) -> Error {
     Error::Backend(e.to_string())
 }
 
-fn encode_kv(create: u64, modrev: u64, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + value.len());
-    out.extend_from_slice(&create.to_le_bytes());
-    out.extend_from_slice(&modrev.to_le_bytes());
-    out.extend_from_slice(value);
-    out
-}
-
-fn decode_kv(key: &str, raw: &[u8]) -> Result<KeyValue> {
-    if raw.len() < 16 {
-        return Err(Error::Backend(format!("corrupt record for {key}")));
-    }
-    let create = u64::from_le_bytes(raw[0..8].try_into().expect("8-byte slice"));
-    let modrev = u64::from_le_bytes(raw[8..16].try_into().expect("8-byte slice"));
-    Ok(KeyValue {
-        key: key.to_string(),
-        value: Arc::from(&raw[16..]),
-        create_revision: create,
-        mod_revision: modrev,
-        stale: false,
-    })
-}
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
-fn encode_event(e: &Event) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + e.key.len() + e.value.len());
-    out.push(match e.kind {
-        EventKind::Put => 0,
-        EventKind::Delete => 1,
-        // Never stored: progress is only ever sent live.
-        EventKind::Progress => 2,
-    });
-    out.push(u8::from(e.created));
-    put_bytes(&mut out, e.key.as_bytes());
-    put_bytes(&mut out, &e.value);
-    match &e.prev {
-        Some(p) => {
-            out.push(1);
-            put_bytes(&mut out, p);
-        }
-        None => out.push(0),
-    }
-    out
-}
-
-struct Cursor<'a> {
-    raw: &'a [u8],
-    pos: usize,
-    revision: u64,
-}
-
-impl<'a> Cursor<'a> {
-    fn corrupt(&self) -> Error {
-        Error::Backend(format!("corrupt event log entry at revision {}", self.revision))
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let s = self.raw.get(self.pos..self.pos + n).ok_or_else(|| self.corrupt())?;
-        self.pos += n;
-        Ok(s)
-    }
-
-    fn byte(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8]> {
-        let len = u32::from_le_bytes(self.take(4)?.try_into().expect("4-byte slice")) as usize;
-        self.take(len)
-    }
-}
-
-fn decode_event(revision: u64, raw: &[u8]) -> Result<Event> {
-    let mut c = Cursor { raw, pos: 0, revision };
-    let kind = match c.byte()? {
-        0 => EventKind::Put,
-        _ => EventKind::Delete,
-    };
-    let created = c.byte()? == 1;
-    let key = String::from_utf8(c.bytes()?.to_vec()).map_err(|_| c.corrupt())?;
-    let value: Arc<[u8]> = c.bytes()?.into();
-    let prev = if c.byte()? == 1 { Some(c.bytes()?.into()) } else { None };
-    Ok(Event { kind, revision, key, value, prev, created })
-}
-
 impl RedbStore {
     /// Open (or create) the store in `dir/kaji.redb`.
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Backend(format!("failed to create {}: {e}", dir.display())))?;
         let path = dir.join("kaji.redb");
         let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(backend)?;
-        let (revision, compacted, live, history) = {
-            let txn = db.begin_write().map_err(backend)?;
-            let out = {
-                let kv = txn.open_table(KV).map_err(backend)?;
-                let log = txn.open_table(LOG).map_err(backend)?;
-                let meta = txn.open_table(META).map_err(backend)?;
-                let rev = meta.get("rev").map_err(backend)?.map(|g| g.value()).unwrap_or(0);
-                let comp = meta.get("compacted").map_err(backend)?.map(|g| g.value()).unwrap_or(0);
-                let mut live = 0;
-                for entry in kv.iter().map_err(backend)? {
-                    let (k, v) = entry.map_err(backend)?;
-                    live += kv_bytes(k.value(), v.value().len());
-                }
-                let mut history = 0;
-                for entry in log.iter().map_err(backend)? {
-                    history += log_bytes(entry.map_err(backend)?.1.value().len());
-                }
-                (rev, comp, live, history)
-            };
-            txn.commit().map_err(backend)?;
-            out
-        };
+        let Counters { revision, compacted, live, history } = Counters::load(&db)?;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let inner = Arc::new(Inner {
-            db: RwLock::new(db),
+            db: RwLock::new(Some(db)),
             path,
             publish: Mutex::new(()),
             revision: AtomicU64::new(revision),
@@ -238,7 +135,7 @@ impl RedbStore {
         self.inner.publish.lock().map_err(|_| Error::Backend("publish lock poisoned".into()))
     }
 
-    fn db(&self) -> Result<RwLockReadGuard<'_, Database>> {
+    fn db(&self) -> Result<DbGuard<'_>> {
         self.inner.db()
     }
 
@@ -251,9 +148,9 @@ impl RedbStore {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let mut db = self.inner.db.write().map_err(|_| Error::Backend("database lock poisoned".into()))?;
-        db.compact().map_err(backend)?;
-        drop(db);
+        let mut guard = self.inner.db.write().map_err(|_| Error::Backend("database lock poisoned".into()))?;
+        guard.as_mut().ok_or_else(unavailable)?.compact().map_err(backend)?;
+        drop(guard);
         // The rewrite's scratch memory is freed but stays with the allocator's arenas (glibc
         // gives back only the top of its main heap): hand it back to the system.
         kaji_component::malloc::trim();
@@ -275,27 +172,6 @@ impl RedbStore {
     }
 }
 
-/// What a key and its record take (the record carries two revisions before the value).
-fn kv_bytes(key: &str, record: usize) -> u64 {
-    (key.len() + record) as u64
-}
-
-/// What one event log entry takes (its revision key and the encoded event).
-fn log_bytes(encoded: usize) -> u64 {
-    (8 + encoded) as u64
-}
-
-/// How much a committed event changes the live data by.
-fn live_delta(e: &Event) -> i64 {
-    let record = |v: &[u8]| kv_bytes(&e.key, 16 + v.len()) as i64;
-    match (e.kind, &e.prev) {
-        (EventKind::Put, Some(prev)) if !e.created => record(&e.value) - record(prev),
-        (EventKind::Put, _) => record(&e.value),
-        (EventKind::Delete, _) => -record(&e.value),
-        (EventKind::Progress, _) => 0,
-    }
-}
-
 impl Drop for RedbStore {
     fn drop(&mut self) {
         // Closing the queue ends the writer after the batch in flight; joining it releases the
@@ -308,8 +184,12 @@ impl Drop for RedbStore {
 }
 
 impl Inner {
-    fn db(&self) -> Result<RwLockReadGuard<'_, Database>> {
-        self.db.read().map_err(|_| Error::Backend("database lock poisoned".into()))
+    fn db(&self) -> Result<DbGuard<'_>> {
+        let guard = self.db.read().map_err(|_| Error::Backend("database lock poisoned".into()))?;
+        match guard.is_some() {
+            true => Ok(DbGuard(guard)),
+            false => Err(unavailable()),
+        }
     }
 
     fn writer_loop(&self, rx: std::sync::mpsc::Receiver<Pending>) {
@@ -327,6 +207,9 @@ impl Inner {
                 }
                 continue;
             };
+            if self.db.read().is_ok_and(|g| g.is_none()) {
+                self.reopen();
+            }
             match self.commit_batch(&batch) {
                 Ok((results, logged)) => {
                     self.history_bytes.fetch_add(logged, Ordering::SeqCst);
@@ -346,9 +229,13 @@ impl Inner {
                         let _ = p.reply.send(out);
                     }
                 }
-                Err(e) => {
+                Err((e, io)) => {
                     for p in batch {
                         let _ = p.reply.send(Err(e.clone()));
+                    }
+                    if io {
+                        tracing::error!(error = %e, "a commit failed on I/O; reopening the store");
+                        self.reopen();
                     }
                 }
             }
@@ -358,30 +245,47 @@ impl Inner {
     /// Apply every op in one transaction; an op that fails its precondition changes nothing
     /// and takes no revision. The commit is durable when this returns; it answers each op's
     /// result and the bytes the event log grew by.
+    /// A failure says whether it was I/O (the store must be reopened).
     #[allow(clippy::type_complexity)]
-    fn commit_batch(&self, batch: &[Pending]) -> Result<(Vec<Result<(Event, OpOut)>>, u64)> {
+    fn commit_batch(
+        &self,
+        batch: &[Pending],
+    ) -> std::result::Result<(Vec<Result<(Event, OpOut)>>, u64), (Error, bool)> {
+        let db = self.db().map_err(|e| (e, false))?;
+        let storage = |e: redb::Error| {
+            let io = is_io(&e);
+            (backend(e), io)
+        };
+        self.commit_in(&db, batch).map_err(storage)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn commit_in(
+        &self,
+        db: &Database,
+        batch: &[Pending],
+    ) -> std::result::Result<(Vec<Result<(Event, OpOut)>>, u64), redb::Error> {
         let mut next = self.revision.load(Ordering::SeqCst) + 1;
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(backend)?;
+        let txn = db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
         let mut logged = 0;
         {
-            let mut kv = txn.open_table(KV).map_err(backend)?;
-            let mut log = txn.open_table(LOG).map_err(backend)?;
+            let mut kv = txn.open_table(KV)?;
+            let mut log = txn.open_table(LOG)?;
             for p in batch {
                 let r = apply(&mut kv, &p.op, next);
                 if let Ok((event, _)) = &r {
                     let encoded = encode_event(event);
                     logged += log_bytes(encoded.len());
-                    log.insert(next, encoded.as_slice()).map_err(backend)?;
+                    log.insert(next, encoded.as_slice())?;
                     next += 1;
                 }
                 results.push(r);
             }
-            let mut meta = txn.open_table(META).map_err(backend)?;
-            meta.insert("rev", next - 1).map_err(backend)?;
+            let mut meta = txn.open_table(META)?;
+            meta.insert("rev", next - 1)?;
         }
-        txn.commit().map_err(backend)?;
+        txn.commit()?;
         Ok((results, logged))
     }
 }
@@ -591,6 +495,7 @@ impl Store for RedbStore {
 
 #[cfg(test)]
 mod tests {
+    use super::codec::kv_bytes;
     use super::*;
 
     #[tokio::test]
