@@ -78,6 +78,27 @@ pub fn backoff_delay(failures: u32) -> Duration {
     Duration::from_millis(ms.min(120_000))
 }
 
+/// Runs `controller` until `stop`, each object through `reconcile` and each failure through
+/// `error_policy` — what every controller's `run` ends with.
+pub async fn drive<K, C, E, F>(
+    controller: Controller<K>,
+    reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
+    error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
+    ctx: Arc<C>,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) where
+    K: kaji_component::reflector::Watched,
+    C: Send + Sync + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<Action, E>> + Send + 'static,
+{
+    controller
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
 /// Runs a controller of the pods' owners of kind `K` (ReplicaSet, StatefulSet, Job) until `stop`:
 /// each owner reconciled on its own changes and on those of the pods `owners_of` maps to it.
 #[allow(clippy::too_many_arguments)]
@@ -97,12 +118,8 @@ pub async fn run_owner_of_pods<K, C, E, F>(
     F: std::future::Future<Output = Result<Action, E>> + Send + 'static,
 {
     let mapped = store.clone();
-    Controller::for_stream(owners, store)
-        .watches_stream(pods, move |pod| owners_of(&mapped, &pod))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(owners, store).watches_stream(pods, move |pod| owners_of(&mapped, &pod));
+    drive(controller, reconcile, error_policy, ctx, stop).await;
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use super::{has_condition, is_issued, parse_request, usages, validate_kubelet_client, KUBELET_CLIENT};
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use kaji_pki::csr::Request;
@@ -161,11 +161,8 @@ pub async fn run(
     csrs: impl Stream<Item = Result<CertificateSigningRequest, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(csrs, ctx.csrs.clone())
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(csrs, ctx.csrs.clone());
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::{
     validate_kubelet_serving, APISERVER_CLIENT, KUBELET_CLIENT, KUBELET_SERVING,
 };
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::ByteString;
@@ -178,11 +178,8 @@ pub async fn run(
     csrs: impl Stream<Item = Result<CertificateSigningRequest, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(csrs, ctx.csrs.clone())
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(csrs, ctx.csrs.clone());
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use crate::meta::Selector;
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -86,19 +86,15 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.roles.clone();
-    Controller::for_stream(roles, ctx.roles.clone())
-        .watches_stream(changes, move |_| {
-            store
-                .state()
-                .iter()
-                .filter(|r| r.aggregation_rule.is_some())
-                .map(|r| ObjectRef::from_obj(&**r))
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(roles, ctx.roles.clone()).watches_stream(changes, move |_| {
+        store
+            .state()
+            .iter()
+            .filter(|r| r.aggregation_rule.is_some())
+            .map(|r| ObjectRef::from_obj(&**r))
+            .collect::<Vec<_>>()
+    });
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }
 
 #[cfg(test)]

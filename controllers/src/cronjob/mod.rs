@@ -8,7 +8,7 @@ pub mod schedule;
 
 use crate::meta::{self, controller_of, controller_ref};
 use crate::shared::{Shared, RESYNC};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -240,10 +240,7 @@ pub async fn run(
     jobs: impl Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(cron_jobs, ctx.cron_jobs.clone())
-        .watches_stream(jobs, |job| cron_jobs_for_job(&job))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller =
+        Controller::for_stream(cron_jobs, ctx.cron_jobs.clone()).watches_stream(jobs, |job| cron_jobs_for_job(&job));
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

@@ -13,7 +13,7 @@ use crate::expectations::{Expectations, Seen};
 use crate::meta::{self, claim, controller_of, controller_ref, Claim, Selector};
 use crate::replicaset::plan::{slow_start_batches, PodRef};
 use crate::shared::{Shared, RESYNC};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -489,14 +489,11 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (for_pods, for_nodes) = (ctx.sets.clone(), ctx.sets.clone());
-    Controller::for_stream(sets, ctx.sets.clone())
+    let controller = Controller::for_stream(sets, ctx.sets.clone())
         .watches_stream(pods, move |pod| sets_for_pod(&for_pods, &pod))
         .watches_stream(nodes, move |_| {
             for_nodes.state().iter().map(|ds| ObjectRef::from_obj(&**ds)).collect::<Vec<_>>()
         })
-        .watches_stream(revisions, |rev| set_for_revision(&rev))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .watches_stream(revisions, |rev| set_for_revision(&rev));
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

@@ -9,7 +9,7 @@ pub mod status;
 
 use crate::meta::{self, claim, controller_of, controller_ref, Claim, Selector};
 use crate::shared::{Shared, RESYNC};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -341,10 +341,7 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.deployments.clone();
-    Controller::for_stream(deployments, ctx.deployments.clone())
-        .watches_stream(sets, move |rs| deployments_for_rs(&store, &rs))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(deployments, ctx.deployments.clone())
+        .watches_stream(sets, move |rs| deployments_for_rs(&store, &rs));
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

@@ -8,7 +8,7 @@ pub mod slice;
 use crate::meta;
 use crate::shared::{Shared, RESYNC};
 use desired::{desired_endpoints, selector, selects};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -107,14 +107,11 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.services.clone();
-    Controller::for_stream(services, ctx.services.clone())
+    let controller = Controller::for_stream(services, ctx.services.clone())
         .watches_stream(pods, move |pod| services_for_pod(&store, &pod))
         .watches_stream(endpoints, |ep| {
             let ns = ep.namespace().unwrap_or_default();
             Some(ObjectRef::<Service>::new(&ep.name_any()).within(&ns))
-        })
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        });
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

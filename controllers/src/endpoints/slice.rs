@@ -6,7 +6,7 @@ use super::desired::{desired_slices, selector, MANAGED_BY, MANAGED_BY_LABEL, SER
 use super::{pods_of, services_for_pod};
 use crate::meta;
 use crate::shared::{Shared, RESYNC};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -117,11 +117,8 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.services.clone();
-    Controller::for_stream(services, ctx.services.clone())
+    let controller = Controller::for_stream(services, ctx.services.clone())
         .watches_stream(pods, move |pod| services_for_pod(&store, &pod))
-        .watches_stream(slices, |s| service_of(&s))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .watches_stream(slices, |s| service_of(&s));
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

@@ -6,7 +6,7 @@ pub mod conditions;
 pub mod content;
 
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -135,10 +135,6 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let config = controller::Config::default().concurrency(ctx.settings.workers);
-    Controller::for_stream(namespaces, ctx.namespaces.clone())
-        .with_config(config)
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(namespaces, ctx.namespaces.clone()).with_config(config);
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

@@ -12,7 +12,7 @@ pub mod pods;
 use crate::meta::{self, pod_is_active};
 use crate::shared::Shared;
 use eviction::{decide, tainted_since, Eviction};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use health::{assess, hold_back_eviction, Grace};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -269,13 +269,10 @@ pub async fn run(
     pods: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(nodes, ctx.nodes.clone())
+    let controller = Controller::for_stream(nodes, ctx.nodes.clone())
         .watches_stream(leases, |lease| {
             (lease.namespace().as_deref() == Some(LEASE_NAMESPACE)).then(|| ObjectRef::new(&lease.name_any()))
         })
-        .watches_stream(pods, |pod| pod.spec.as_ref()?.node_name.as_deref().map(ObjectRef::new))
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .watches_stream(pods, |pod| pod.spec.as_ref()?.node_name.as_deref().map(ObjectRef::new));
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

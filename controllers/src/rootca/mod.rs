@@ -5,7 +5,7 @@
 
 use crate::serviceaccount::wants_default;
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -106,14 +106,10 @@ pub async fn run(
     config_maps: impl Stream<Item = Result<ConfigMap, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(namespaces, ctx.namespaces.clone())
-        .watches_stream(config_maps, |cm| {
-            (cm.name_any() == CONFIG_MAP).then(|| ObjectRef::<Namespace>::new(&cm.namespace().unwrap_or_default()))
-        })
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(namespaces, ctx.namespaces.clone()).watches_stream(config_maps, |cm| {
+        (cm.name_any() == CONFIG_MAP).then(|| ObjectRef::<Namespace>::new(&cm.namespace().unwrap_or_default()))
+    });
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }
 
 #[cfg(test)]

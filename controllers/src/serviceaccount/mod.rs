@@ -3,7 +3,7 @@
 //! ServiceAccounts cache; a deleted `default` is made again.
 
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -72,12 +72,8 @@ pub async fn run(
     accounts: impl Stream<Item = Result<ServiceAccount, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(namespaces, ctx.namespaces.clone())
-        .watches_stream(accounts, |sa| {
-            (sa.name_any() == DEFAULT).then(|| ObjectRef::<Namespace>::new(&sa.namespace().unwrap_or_default()))
-        })
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(namespaces, ctx.namespaces.clone()).watches_stream(accounts, |sa| {
+        (sa.name_any() == DEFAULT).then(|| ObjectRef::<Namespace>::new(&sa.namespace().unwrap_or_default()))
+    });
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }

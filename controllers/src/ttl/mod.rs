@@ -5,7 +5,7 @@
 use crate::job::plan::finish_time;
 use crate::meta;
 use crate::shared::Shared;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
@@ -95,11 +95,8 @@ pub async fn run(
     jobs: impl Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_stream(jobs, ctx.jobs.clone())
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = Controller::for_stream(jobs, ctx.jobs.clone());
+    crate::shared::drive(controller, reconcile, error_policy, ctx, stop).await;
 }
 
 #[cfg(test)]
