@@ -15,7 +15,6 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub const NAME: &str = "csrapproving";
 pub const REASON: &str = "AutoApproved";
@@ -103,16 +102,12 @@ fn review(csr: &CertificateSigningRequest, subresource: &str) -> SubjectAccessRe
 
 #[tracing::instrument(skip_all, fields(controller = NAME, object = %csr.name_any()))]
 pub async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
     let name = csr.name_any();
-    let result = sync(&csr, &ctx, &name).await;
-    ctx.shared.finished(NAME, &name, started, &result);
-    result
+    ctx.shared.reconciled(NAME, &name, sync(&csr, &ctx, &name)).await
 }
 
 pub fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(controller = NAME, object = %csr.name_any(), error = %err, "reconcile failed; backing off");
-    ctx.shared.backoff(&csr.name_any())
+    ctx.shared.failed(NAME, &csr.name_any(), err)
 }
 
 async fn sync(csr: &CertificateSigningRequest, ctx: &Ctx, name: &str) -> Result<Action, Error> {
