@@ -6,7 +6,6 @@
 
 pub mod certificates;
 pub mod clusterroleaggregation;
-pub mod credentials;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
@@ -71,8 +70,6 @@ pub enum Error {
     Join(#[source] tokio::task::JoinError),
     #[error("invalid node IPAM settings")]
     NodeIpam(#[source] nodeipam::cidr::Error),
-    #[error("cannot set up the controllers' credentials")]
-    Credentials(#[source] credentials::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -102,10 +99,6 @@ pub struct Config {
     pub job_backoff: job::backoff::Settings,
     /// The local-path provisioner (and its default `local-path` StorageClass); `None` turns it off.
     pub local_path: Option<localpath::Settings>,
-    /// `--use-service-account-credentials`: the config (server, CA; its client identity is
-    /// dropped) each controller's own ServiceAccount client is built from. `None`: every
-    /// controller uses the manager's client.
-    pub service_account_credentials: Option<kube::Config>,
 }
 
 impl Default for Config {
@@ -122,7 +115,6 @@ impl Default for Config {
             csr_signing: None,
             job_backoff: job::backoff::Settings::default(),
             local_path: None,
-            service_account_credentials: None,
         }
     }
 }
@@ -188,55 +180,6 @@ async fn run(
     }
 }
 
-/// The name (ServiceAccount) each controller talks to the API as, with
-/// `--use-service-account-credentials`: Kubernetes' names, and kaji's own local-path-provisioner.
-pub const CONTROLLER_ACCOUNTS: &[&str] = &[
-    "certificate-controller",
-    "clusterrole-aggregation-controller",
-    "cronjob-controller",
-    "daemon-set-controller",
-    "deployment-controller",
-    "endpoint-controller",
-    "endpointslice-controller",
-    "generic-garbage-collector",
-    "job-controller",
-    "local-path-provisioner",
-    "namespace-controller",
-    "node-controller",
-    "pod-garbage-collector",
-    "replicaset-controller",
-    "root-ca-cert-publisher",
-    "service-account-controller",
-    "statefulset-controller",
-    "ttl-after-finished-controller",
-];
-
-/// Each controller's client; with account credentials, retried until the API answers or `stop`.
-async fn controller_clients(
-    client: &kube::Client,
-    config: &Config,
-    stop: &watch::Receiver<bool>,
-) -> Result<std::collections::HashMap<String, kube::Client>> {
-    let mut clients = credentials::Clients::new(client.clone(), config.service_account_credentials.clone());
-    let mut out = std::collections::HashMap::new();
-    for name in CONTROLLER_ACCOUNTS {
-        let mut tries = 0u32;
-        let c = loop {
-            match clients.get(name, stop).await {
-                Ok(c) => break c,
-                Err(e) if tries < 60 && !*stop.borrow() => {
-                    tries += 1;
-                    tracing::warn!(account = %name, error = %e, "cannot set up the controller's credentials; retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                }
-                Err(e) => return Err(Error::Credentials(e)),
-            }
-        };
-        out.insert((*name).to_string(), c);
-    }
-    Ok(out)
-}
-
 /// Starts the caches, waits for them to sync, then runs every controller until `stop`.
 async fn controllers(
     client: kube::Client,
@@ -244,40 +187,32 @@ async fn controllers(
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) -> Result<()> {
-    let clients = controller_clients(&client, config, &stop).await?;
-    let shared = |name: &str| {
-        let c = clients.get(name).cloned().unwrap_or_else(|| client.clone());
-        Shared::new(c, metrics.clone())
-    };
+    let shared = || Shared::new(client.clone(), metrics.clone());
     let mut pods = Informer::<Pod>::new(Api::all(client.clone()));
     let mut sets = Informer::<ReplicaSet>::new(Api::all(client.clone()));
 
     let rs_ctx = Arc::new(replicaset::Ctx {
-        shared: shared("replicaset-controller"),
+        shared: shared(),
         pods: pods.store(),
         sets: sets.store(),
         expectations: Default::default(),
     });
     let rs_triggers = (sets.subscribe(), pods.subscribe());
     let mut deployments = Informer::<Deployment>::new(Api::all(client.clone()));
-    let d_ctx = Arc::new(deployment::Ctx {
-        shared: shared("deployment-controller"),
-        sets: sets.store(),
-        deployments: deployments.store(),
-    });
+    let d_ctx = Arc::new(deployment::Ctx { shared: shared(), sets: sets.store(), deployments: deployments.store() });
     let d_triggers = (deployments.subscribe(), sets.subscribe());
     let mut services = Informer::<Service>::new(Api::all(client.clone()));
     let mut endpoints = Informer::<Endpoints>::new(Api::all(client.clone()));
     let mut slices = Informer::<EndpointSlice>::new(Api::all(client.clone()));
     let ep_ctx = Arc::new(endpoints::Ctx {
-        shared: shared("endpoint-controller"),
+        shared: shared(),
         services: services.store(),
         pods: pods.store(),
         endpoints: endpoints.store(),
     });
     let ep_triggers = (services.subscribe(), pods.subscribe(), endpoints.subscribe());
     let es_ctx = Arc::new(endpoints::slice::Ctx {
-        shared: shared("endpointslice-controller"),
+        shared: shared(),
         services: services.store(),
         pods: pods.store(),
         slices: slices.store(),
@@ -285,31 +220,20 @@ async fn controllers(
     let es_triggers = (services.subscribe(), pods.subscribe(), slices.subscribe());
     let mut nodes = Informer::<Node>::new(Api::all(client.clone()));
     let mut leases = Informer::<Lease>::new(Api::namespaced(client.clone(), nodelifecycle::LEASE_NAMESPACE));
-    let nl_ctx = Arc::new(nodelifecycle::Ctx::new(
-        shared("node-controller"),
-        config.node_lifecycle,
-        nodes.store(),
-        leases.store(),
-        pods.store(),
-    ));
+    let nl_ctx =
+        Arc::new(nodelifecycle::Ctx::new(shared(), config.node_lifecycle, nodes.store(), leases.store(), pods.store()));
     let nl_triggers = (nodes.subscribe(), leases.subscribe(), pods.subscribe());
     let ipam_triggers = config.node_ipam.map(|settings| (settings, nodes.subscribe(), nodes.subscribe_deleted()));
     let mut namespaces = Informer::<Namespace>::new(Api::all(client.clone()));
-    let ns_ctx = Arc::new(namespace::Ctx {
-        shared: shared("namespace-controller"),
-        settings: config.namespace,
-        namespaces: namespaces.store(),
-    });
+    let ns_ctx =
+        Arc::new(namespace::Ctx { shared: shared(), settings: config.namespace, namespaces: namespaces.store() });
     let ns_triggers = namespaces.subscribe();
     let mut accounts = Informer::<ServiceAccount>::with_config(
         Api::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={}", serviceaccount::DEFAULT)),
     );
-    let sa_ctx = Arc::new(serviceaccount::Ctx {
-        shared: shared("service-account-controller"),
-        namespaces: namespaces.store(),
-        accounts: accounts.store(),
-    });
+    let sa_ctx =
+        Arc::new(serviceaccount::Ctx { shared: shared(), namespaces: namespaces.store(), accounts: accounts.store() });
     let sa_triggers = (namespaces.subscribe(), accounts.subscribe());
     let mut root_cms = Informer::<ConfigMap>::with_config(
         Api::all(client.clone()),
@@ -317,7 +241,7 @@ async fn controllers(
     );
     let rootca = config.root_ca.clone().map(|ca| {
         let ctx = Arc::new(rootca::Ctx {
-            shared: shared("root-ca-cert-publisher"),
+            shared: shared(),
             ca,
             namespaces: namespaces.store(),
             config_maps: root_cms.store(),
@@ -325,48 +249,33 @@ async fn controllers(
         (ctx, namespaces.subscribe(), root_cms.subscribe())
     });
     let mut csrs = Informer::<CertificateSigningRequest>::new(Api::all(client.clone()));
-    let approver_ctx =
-        Arc::new(certificates::approver::Ctx { shared: shared("certificate-controller"), csrs: csrs.store() });
+    let approver_ctx = Arc::new(certificates::approver::Ctx { shared: shared(), csrs: csrs.store() });
     let approver_triggers = csrs.subscribe();
-    let cleaner_ctx =
-        Arc::new(certificates::cleaner::Ctx { shared: shared("certificate-controller"), csrs: csrs.store() });
+    let cleaner_ctx = Arc::new(certificates::cleaner::Ctx { shared: shared(), csrs: csrs.store() });
     let signer = config.csr_signing.clone().map(|settings| {
-        let ctx = Arc::new(certificates::signer::Ctx {
-            shared: shared("certificate-controller"),
-            settings,
-            csrs: csrs.store(),
-        });
+        let ctx = Arc::new(certificates::signer::Ctx { shared: shared(), settings, csrs: csrs.store() });
         (ctx, csrs.subscribe())
     });
     let mut cluster_roles = Informer::<ClusterRole>::new(Api::all(client.clone()));
-    let agg_ctx = Arc::new(clusterroleaggregation::Ctx {
-        shared: shared("clusterrole-aggregation-controller"),
-        roles: cluster_roles.store(),
-    });
+    let agg_ctx = Arc::new(clusterroleaggregation::Ctx { shared: shared(), roles: cluster_roles.store() });
     let agg_triggers = (cluster_roles.subscribe(), cluster_roles.subscribe());
-    let podgc_ctx =
-        Arc::new(podgc::Ctx::new(shared("pod-garbage-collector"), config.pod_gc, pods.store(), nodes.store()));
+    let podgc_ctx = Arc::new(podgc::Ctx::new(shared(), config.pod_gc, pods.store(), nodes.store()));
     let mut jobs = Informer::<Job>::new(Api::all(client.clone()));
-    let job_ctx = Arc::new(job::Ctx::new(shared("job-controller"), jobs.store(), pods.store(), config.job_backoff));
+    let job_ctx = Arc::new(job::Ctx::new(shared(), jobs.store(), pods.store(), config.job_backoff));
     let job_triggers = (jobs.subscribe(), pods.subscribe(), pods.subscribe());
-    let ttl_ctx = Arc::new(ttl::Ctx { shared: shared("ttl-after-finished-controller"), jobs: jobs.store() });
+    let ttl_ctx = Arc::new(ttl::Ctx { shared: shared(), jobs: jobs.store() });
     let ttl_triggers = jobs.subscribe();
     let mut cron_jobs = Informer::<CronJob>::new(Api::all(client.clone()));
-    let cj_ctx = Arc::new(cronjob::Ctx::new(shared("cronjob-controller"), cron_jobs.store(), jobs.store()));
+    let cj_ctx = Arc::new(cronjob::Ctx::new(shared(), cron_jobs.store(), jobs.store()));
     let cj_triggers = (cron_jobs.subscribe(), jobs.subscribe());
     let mut daemon_sets = Informer::<DaemonSet>::new(Api::all(client.clone()));
     let mut revisions = Informer::<ControllerRevision>::new(Api::all(client.clone()));
-    let ds_ctx = Arc::new(daemonset::Ctx::new(
-        shared("daemon-set-controller"),
-        daemon_sets.store(),
-        pods.store(),
-        nodes.store(),
-        revisions.store(),
-    ));
+    let ds_ctx =
+        Arc::new(daemonset::Ctx::new(shared(), daemon_sets.store(), pods.store(), nodes.store(), revisions.store()));
     let ds_triggers = (daemon_sets.subscribe(), pods.subscribe(), nodes.subscribe(), revisions.subscribe());
     let mut stateful_sets = Informer::<StatefulSet>::new(Api::all(client.clone()));
     let sts_ctx = Arc::new(statefulset::Ctx {
-        shared: shared("statefulset-controller"),
+        shared: shared(),
         sets: stateful_sets.store(),
         pods: pods.store(),
         revisions: revisions.store(),
@@ -377,7 +286,7 @@ async fn controllers(
         let mut volumes = Informer::<PersistentVolume>::new(Api::all(client.clone()));
         let classes = Informer::<StorageClass>::new(Api::all(client.clone()));
         let ctx = Arc::new(localpath::Ctx {
-            shared: shared("local-path-provisioner"),
+            shared: shared(),
             settings,
             claims: claims.store(),
             volumes: volumes.store(),
@@ -465,7 +374,7 @@ async fn controllers(
     tracing::info!("caches synced; starting controllers");
     let ipam = match ipam_triggers {
         Some((settings, triggers, deleted)) => {
-            let ctx = nodeipam::Ctx::new(shared("node-controller"), settings, node_store).map_err(Error::NodeIpam)?;
+            let ctx = nodeipam::Ctx::new(shared(), settings, node_store).map_err(Error::NodeIpam)?;
             Some((Arc::new(ctx), triggers, deleted))
         }
         None => None,
@@ -486,7 +395,7 @@ async fn controllers(
         },
         async {
             if let Some(settings) = config.garbage_collector {
-                gc::run(shared("generic-garbage-collector"), settings, stop.clone()).await;
+                gc::run(shared(), settings, stop.clone()).await;
             }
         },
         namespace::run(ns_ctx, ns_triggers, stopped(stop.clone())),

@@ -87,11 +87,6 @@ struct Args {
     /// The image of the helper pod that removes a deleted volume's directory on its node.
     #[arg(long, default_value = "busybox")]
     local_path_helper_image: String,
-    /// Run each controller as its own ServiceAccount in kube-system (made if missing, tokens from
-    /// TokenRequest), so RBAC gives it its `system:controller:<name>` role; the manager's own
-    /// credentials only make the accounts, watch, and hold the leader Lease.
-    #[arg(long)]
-    use_service_account_credentials: bool,
 }
 
 #[tokio::main]
@@ -106,8 +101,6 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
     let csr_signing = csr_signing(&args)?;
-    let user_agent = concat!("kaji-controller-manager/", env!("CARGO_PKG_VERSION"));
-    let api_config = args.api.config(user_agent).await?;
     let config = kaji_controllers::Config {
         leader_election,
         metrics_addr: (args.metrics_port != 0).then_some(SocketAddr::new(args.bind_address, args.metrics_port)),
@@ -139,9 +132,12 @@ async fn main() -> anyhow::Result<()> {
             helper_image: args.local_path_helper_image.clone(),
             ..Default::default()
         }),
-        service_account_credentials: args.use_service_account_credentials.then(|| api_config.clone()),
     };
-    let handle = kaji_controllers::start(kube::Client::try_from(api_config)?, config).await?;
+    let handle = kaji_controllers::start(
+        args.api.client(concat!("kaji-controller-manager/", env!("CARGO_PKG_VERSION"))).await?,
+        config,
+    )
+    .await?;
     let stop = handle.stopper();
     kaji_component::stop_on_signal(stop, "finishing reconciles in flight");
     handle.wait().await?;

@@ -83,9 +83,6 @@ pub fn controller_manager_args(lab: &Lab) -> Vec<String> {
     vec![
         "--kubeconfig".into(),
         path(pki.kubeconfig("controller-manager")),
-        // As kubeadm runs it: each controller as its own ServiceAccount, so the approver and
-        // signer hold system:controller:certificate-controller's approve/sign on signers.
-        "--use-service-account-credentials".into(),
         "--cluster-signing-cert-file".into(),
         path(pki.ca_cert()),
         "--cluster-signing-key-file".into(),

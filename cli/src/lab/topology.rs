@@ -572,7 +572,7 @@ mod tests {
         let cm = all.iter().find(|c| c.name == "controller-manager").map(|c| c.args.join(" ")).unwrap_or_default();
         assert!(cm.contains("--allocate-node-cidrs true --cluster-cidr 10.244.0.0/16"), "{cm}");
         for want in [
-            "--kubeconfig /tmp/l/controller-manager.conf --use-service-account-credentials",
+            "--kubeconfig /tmp/l/controller-manager.conf",
             "--cluster-signing-cert-file /tmp/l/pki/ca.crt --cluster-signing-key-file /tmp/l/pki/ca.key",
             "--master https://127.0.0.1:7001",
         ] {

@@ -1,11 +1,6 @@
 //! The per-controller roles (`system:controller:<name>`, `bootstrappolicy/controller_policy.go`)
 //! of the controllers kaji's controller manager runs (and those being added: DaemonSet, Job,
 //! CronJob, StatefulSet), each bound to its ServiceAccount in kube-system.
-//!
-//! One deliberate difference: where kaji's controllers write with a merge patch and Kubernetes'
-//! with an update (the Deployment's revision annotation; the status of Deployments, ReplicaSets,
-//! DaemonSets, StatefulSets and Namespaces), the role grants `patch` beside `update`, so the
-//! controller manager can run with `--use-service-account-credentials` as kubeadm runs it.
 
 use super::dsl::*;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
@@ -62,7 +57,7 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
             "daemon-set-controller",
             vec![
                 rule(READ).groups(&["apps", "extensions"]).resources(&["daemonsets"]),
-                rule(&["patch", "update"]).groups(&["apps", "extensions"]).resources(&["daemonsets/status"]),
+                rule(&["update"]).groups(&["apps", "extensions"]).resources(&["daemonsets/status"]),
                 rule(&["update"]).groups(&["apps", "extensions"]).resources(&["daemonsets/finalizers"]),
                 rule(&["list", "watch"]).groups(&[""]).resources(&["nodes"]),
                 rule(&["create", "delete", "list", "patch", "watch"]).groups(&[""]).resources(&["pods"]),
@@ -76,10 +71,8 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
         (
             "deployment-controller",
             vec![
-                rule(&["get", "list", "patch", "update", "watch"])
-                    .groups(&["apps", "extensions"])
-                    .resources(&["deployments"]),
-                rule(&["patch", "update"]).groups(&["apps", "extensions"]).resources(&["deployments/status"]),
+                rule(&["get", "list", "update", "watch"]).groups(&["apps", "extensions"]).resources(&["deployments"]),
+                rule(&["update"]).groups(&["apps", "extensions"]).resources(&["deployments/status"]),
                 rule(&["update"]).groups(&["apps", "extensions"]).resources(&["deployments/finalizers"]),
                 rule(&["create", "delete", "get", "list", "patch", "update", "watch"])
                     .groups(&["apps", "extensions"])
@@ -122,31 +115,11 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 ev(),
             ],
         ),
-        // kaji's own (no Kubernetes controller provisions local-path volumes): what rancher's
-        // local-path-provisioner ClusterRole grants, plus binding claims, which kaji's
-        // provisioner does itself.
-        (
-            "local-path-provisioner",
-            vec![
-                rule(READ).groups(&[""]).resources(&["nodes"]),
-                rule(&["create", "delete", "get", "list", "patch", "update", "watch"])
-                    .groups(&[""])
-                    .resources(&["persistentvolumes"]),
-                rule(&["get", "list", "patch", "update", "watch"]).groups(&[""]).resources(&["persistentvolumeclaims"]),
-                rule(&["patch", "update"])
-                    .groups(&[""])
-                    .resources(&["persistentvolumeclaims/status", "persistentvolumes/status"]),
-                rule(&["create", "delete", "get", "list", "watch"]).groups(&[""]).resources(&["pods"]),
-                rule(&["create", "get", "list", "watch"]).groups(&["storage.k8s.io"]).resources(&["storageclasses"]),
-                ev(),
-            ],
-        ),
         (
             "namespace-controller",
             vec![
                 rule(&["delete", "get", "list", "watch"]).groups(&[""]).resources(&["namespaces"]),
                 rule(&["update"]).groups(&[""]).resources(&["namespaces/finalize", "namespaces/status"]),
-                rule(&["patch"]).groups(&[""]).resources(&["namespaces/status"]),
                 rule(&["delete", "deletecollection", "get", "list", "watch"]).groups(&["*"]).resources(&["*"]),
             ],
         ),
@@ -172,7 +145,7 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
             "replicaset-controller",
             vec![
                 rule(&["get", "list", "update", "watch"]).groups(&["apps", "extensions"]).resources(&["replicasets"]),
-                rule(&["patch", "update"]).groups(&["apps", "extensions"]).resources(&["replicasets/status"]),
+                rule(&["update"]).groups(&["apps", "extensions"]).resources(&["replicasets/status"]),
                 rule(&["update"]).groups(&["apps", "extensions"]).resources(&["replicasets/finalizers"]),
                 rule(&["create", "delete", "list", "patch", "watch"]).groups(&[""]).resources(&["pods"]),
                 ev(),
@@ -185,7 +158,7 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
             vec![
                 rule(&["list", "watch"]).groups(&[""]).resources(&["pods"]),
                 rule(READ).groups(&["apps"]).resources(&["statefulsets"]),
-                rule(&["patch", "update"]).groups(&["apps"]).resources(&["statefulsets/status"]),
+                rule(&["update"]).groups(&["apps"]).resources(&["statefulsets/status"]),
                 rule(&["update"]).groups(&["apps"]).resources(&["statefulsets/finalizers"]),
                 rule(&["create", "delete", "get", "patch", "update"]).groups(&[""]).resources(&["pods"]),
                 rule(&["create", "delete", "get", "list", "patch", "update", "watch"])
