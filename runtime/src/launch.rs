@@ -235,6 +235,13 @@ pub fn record(
 pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
     let spec = spec::load(req.bundle).map_err(|e| chain(&e))?;
     spec::validate(&spec, req.bundle).map_err(|e| chain(&e))?;
+    // Idmapped rootfs and mounts are made on the host first; the init bind-mounts them. A
+    // failed create takes them down with the guard, a created container at delete.
+    let idmapped = match crate::idmap::needed(&spec) {
+        true => Some(crate::idmap::prepare(&spec, req.bundle, dir).map_err(|e| chain(&e))?),
+        false => None,
+    };
+    let spec = idmapped.as_ref().map_or(spec, |p| p.spec.clone());
     let linux = spec.linux().as_ref().ok_or("spec has no linux section")?;
     let plan = namespaces::plan(linux.namespaces().as_deref().unwrap_or_default()).map_err(|e| chain(&e))?;
     let created = jiff::Timestamp::now().to_string();
@@ -519,7 +526,9 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                 true => None,
                 false => Some(rootfs_dir.clone()),
             };
-            let record = Record { hooks: hooks.cloned(), detached: req.detached, log_path, shared_mounts, ..base };
+            let rootfs_mount = idmapped.and_then(crate::idmap::Prepared::keep);
+            let record =
+                Record { hooks: hooks.cloned(), detached: req.detached, log_path, shared_mounts, rootfs_mount, ..base };
             if let Err(e) = state::write_json(&dir.record(), &record) {
                 return Err(fail(chain(&e)));
             }
