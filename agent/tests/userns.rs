@@ -66,7 +66,22 @@ fn pod_spec(host_users: Option<bool>) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_users_false_pods_run_as_root_in_disjoint_user_namespaces() -> anyhow::Result<()> {
-    let node = Node::start().await?;
+    scenario(Node::start().await?).await
+}
+
+/// The same with `--container-runtime runc`: runc 1.1 has no idmapped mounts, but kaji-runtime
+/// makes them on the host before runc sees the bundle, and runc joins the pod's namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_users_false_pods_run_the_same_on_runc() -> anyhow::Result<()> {
+    let mut node = Node::start().await?;
+    let runc = ["/usr/sbin/runc", "/usr/bin/runc"].iter().map(std::path::PathBuf::from).find(|p| p.exists());
+    node.stop_agent().await?;
+    node.config.backend = kaji_agent::Backend::Runc(runc.expect("runc is installed (apt-get install -y runc)"));
+    node.start_agent().await?;
+    scenario(node).await
+}
+
+async fn scenario(mut node: Node) -> anyhow::Result<()> {
     // A node's root dir is usually 0755 (/var/lib); the test's temp dir is 0700.
     std::fs::set_permissions(node.dir.path(), std::fs::Permissions::from_mode(0o711))?;
     let cms: Api<ConfigMap> = Api::namespaced(node.client.clone(), "default");
@@ -114,18 +129,26 @@ async fn host_users_false_pods_run_as_root_in_disjoint_user_namespaces() -> anyh
     assert!(log.starts_with("0 0 4294967295\nid=0\n"), "a default pod is unchanged: {log}");
     assert_eq!(host_uid(&node, &p)?, 0);
 
-    // The ranges are recorded in the pods' dirs, and a deleted pod's range is free again.
-    // With a grace period the agent tears the pod down before it is removed from the API.
-    node.pods("default").delete("a", &DeleteParams::default().grace_period(1)).await?;
-    node.wait_gone("a").await?;
+    // The ranges are recorded in the pods' dirs: a restarted agent hands out neither again.
+    node.stop_agent().await?;
+    node.start_agent().await?;
     node.pod("c", pod_spec(Some(false))).await?;
     node.wait_pod("c", "Running", |p| phase(p) == "Running").await?;
     let log = log_of(&node, "c").await?;
+    let c: u64 = log.split(' ').nth(1).unwrap_or_default().parse()?;
+    assert!(c.abs_diff(starts[0]) >= 65536 && c.abs_diff(starts[1]) >= 65536, "{c} vs {starts:?}");
+    // A deleted pod's range is free again. With a grace period the agent tears the pod down
+    // before it is removed from the API.
+    node.pods("default").delete("a", &DeleteParams::default().grace_period(1)).await?;
+    node.wait_gone("a").await?;
+    node.pod("d", pod_spec(Some(false))).await?;
+    node.wait_pod("d", "Running", |p| phase(p) == "Running").await?;
+    let log = log_of(&node, "d").await?;
     assert!(log.starts_with(&format!("0 {} 65536\n", starts[0])), "the freed range is handed out again: {log}");
-    for name in ["b", "c", "plain"] {
+    for name in ["b", "c", "d", "plain"] {
         node.pods("default").delete(name, &DeleteParams::default().grace_period(0)).await?;
     }
-    for name in ["b", "c", "plain"] {
+    for name in ["b", "c", "d", "plain"] {
         node.wait_gone(name).await?;
     }
     node.assert_nothing_left(std::time::Duration::from_secs(10)).await;
