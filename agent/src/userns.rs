@@ -83,7 +83,7 @@ fn start(slot: u32) -> u32 {
 }
 
 fn slot_of(host_start: u32) -> Option<u32> {
-    (host_start >= FIRST && (host_start - FIRST) % LENGTH == 0).then(|| (host_start - FIRST) / LENGTH)
+    (host_start >= FIRST && (host_start - FIRST).is_multiple_of(LENGTH)).then(|| (host_start - FIRST) / LENGTH)
 }
 
 /// kubelet's `userns` file.
@@ -160,21 +160,21 @@ mod tests {
     #[test]
     fn pods_get_disjoint_ranges_above_the_first_65536() {
         let mut a = Allocator::new(3);
-        assert_eq!(a.allocate("a").unwrap(), 65536);
-        assert_eq!(a.allocate("b").unwrap(), 131072);
-        assert_eq!(a.allocate("a").unwrap(), 65536, "a pod keeps its range");
-        assert_eq!(a.allocate("c").unwrap(), 196608);
+        assert_eq!(a.allocate("a").expect("a range is free"), 65536);
+        assert_eq!(a.allocate("b").expect("a range is free"), 131072);
+        assert_eq!(a.allocate("a").expect("a range is free"), 65536, "a pod keeps its range");
+        assert_eq!(a.allocate("c").expect("a range is free"), 196608);
         assert!(matches!(a.allocate("d"), Err(Error::Exhausted(3))));
     }
 
     #[test]
     fn a_released_range_is_handed_out_again() {
         let mut a = Allocator::new(2);
-        a.allocate("a").unwrap();
-        a.allocate("b").unwrap();
+        a.allocate("a").expect("a range is free");
+        a.allocate("b").expect("a range is free");
         a.release("a");
         assert_eq!(a.start_of("a"), None);
-        assert_eq!(a.allocate("c").unwrap(), 65536);
+        assert_eq!(a.allocate("c").expect("a range is free"), 65536);
     }
 
     #[test]
@@ -186,24 +186,24 @@ mod tests {
         assert!(!a.adopt("b", 100000), "not on a range boundary");
         assert!(!a.adopt("b", 0), "the host's own ids");
         assert!(!a.adopt("b", FIRST + 4 * LENGTH), "beyond max-pods");
-        assert_eq!(a.allocate("b").unwrap(), 65536);
-        assert_eq!(a.allocate("c").unwrap(), 196608);
+        assert_eq!(a.allocate("b").expect("a range is free"), 65536);
+        assert_eq!(a.allocate("c").expect("a range is free"), 196608);
     }
 
     #[test]
     fn the_file_is_kubelets_format_and_round_trips() {
-        let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), &Mappings::for_start(131072)).unwrap();
-        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        let dir = tempfile::tempdir().expect("test setup");
+        write(dir.path(), &Mappings::for_start(131072)).expect("test setup");
+        let text = std::fs::read_to_string(dir.path().join(FILE)).expect("test setup");
         assert_eq!(
             text,
             r#"{"uidMappings":[{"hostId":131072,"containerId":0,"length":65536}],"gidMappings":[{"hostId":131072,"containerId":0,"length":65536}]}"#
         );
         assert_eq!(read(dir.path()).and_then(|m| m.start()), Some(131072));
-        let pods = tempfile::tempdir().unwrap();
+        let pods = tempfile::tempdir().expect("test setup");
         let pod = pods.path().join("uid-1");
-        std::fs::create_dir(&pod).unwrap();
-        write(&pod, &Mappings::for_start(196608)).unwrap();
+        std::fs::create_dir(&pod).expect("test setup");
+        write(&pod, &Mappings::for_start(196608)).expect("test setup");
         assert_eq!(load(pods.path(), 110).start_of("uid-1"), Some(196608));
     }
 }
