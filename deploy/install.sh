@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # Installs kaji on this machine as systemd services (root; systemd as PID 1). One script, two
 # roles, like k3s's installer but with nothing downloaded: the binaries come from --bin-dir.
+# The cluster speaks TLS only, as kubeadm sets one up.
 #
 #   deploy/install.sh --role server [--node-ip IP] [--no-agent]
-#       the control plane (kaji-apiserver, kaji-controller-manager, kaji-scheduler) and, unless
-#       --no-agent, this machine as a node too (kaji-agent, kaji-proxy); prints the command that
-#       joins other machines, and writes /etc/kaji/admin.kubeconfig for kubectl.
-#   deploy/install.sh --role agent --server URL [--token T --ca-hash sha256:H] [--node-ip IP]
-#       this machine as a node of the cluster at URL (kaji-agent, kaji-proxy).
+#       the control plane (kaji-apiserver on HTTPS :6443 with client certificates, bootstrap
+#       tokens, ServiceAccount tokens, Node,RBAC and NodeRestriction; kaji-controller-manager,
+#       which approves and signs the nodes' certificate requests with the cluster CA;
+#       kaji-scheduler) and, unless --no-agent, this machine as a node too (kaji-agent,
+#       kaji-proxy). The first run makes the PKI in /etc/kaji (kubeadm's layout: pki/ca.crt, ...,
+#       admin.conf); later runs keep it. Prints the command that joins other machines (a
+#       bootstrap token and the CA's hash) and writes /etc/kaji/admin.conf for kubectl.
+#   deploy/install.sh --role agent --server https://IP:6443 --token T --ca-hash sha256:H [--node-ip IP]
+#       this machine as a node of the cluster at IP (kaji-agent, kaji-proxy): the cluster CA is
+#       taken from the server's TLS handshake only if its public key has hash H (kubeadm's token
+#       discovery, pinned), then the agent asks for its client certificate with the token (a
+#       CertificateSigningRequest the controller manager approves and signs).
 #
 # Options: --bin-dir DIR (default: bin/ beside this script, else ../target/release), --node-name
 # NAME (default: the host name), --node-ip IP (default: the address of the default route's
 # interface; pin it where the default route is a NAT interface, e.g. Vagrant's eth0),
 # --port PORT (6443), --cluster-cidr CIDR (10.244.0.0/16, the same on every node),
 # --service-cidr CIDR (10.96.0.0/12), --proxy-mode iptables|nftables, --agent-arg ARG (extra
-# kaji-agent flag, repeatable).
+# kaji-agent flag, repeatable), --san NAME|IP (server: another name or address the apiserver's
+# certificate holds, e.g. a load balancer's; repeatable; first run only), --token T (server: the
+# join token to make, as `kubeadm init --token`; default: a random one). A CA already in
+# /etc/kaji/pki (ca.crt, ca.key) is used, as kubeadm does, so its hash can be known in advance.
 #
 # Idempotent: run it again (e.g. with new binaries) and it replaces only the files that differ
-# and restarts only the components whose binary, unit or flags changed. Undo: deploy/uninstall.sh.
+# and restarts only the components whose binary, unit, flags or credentials changed; the PKI and
+# the join token are kept (a new token once the old one has expired). Undo: deploy/uninstall.sh.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,7 +42,7 @@ say() { echo "install.sh: $*" >&2; }
 
 role="" bin_dir="" node_ip="" node_name="" server="" token="" ca_hash="" port=6443
 cluster_cidr=10.244.0.0/16 service_cidr=10.96.0.0/12 proxy_mode=iptables no_agent=0
-agent_args=()
+agent_args=() sans=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --role) role="$2"; shift 2 ;;
@@ -45,6 +57,7 @@ while [ $# -gt 0 ]; do
     --service-cidr) service_cidr="$2"; shift 2 ;;
     --proxy-mode) proxy_mode="$2"; shift 2 ;;
     --agent-arg) agent_args+=("$2"); shift 2 ;;
+    --san) sans+=("$2"); shift 2 ;;
     --no-agent) no_agent=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
@@ -54,23 +67,22 @@ done
 [ "$(id -u)" = 0 ] || die "run it as root"
 [ -d /run/systemd/system ] || die "systemd is not running as PID 1 here (kaji's units need it)"
 case "$role" in
-  server) [ -z "$server" ] || die "--server is for --role agent" ;;
+  server)
+    [ -z "$server$ca_hash" ] || die "--server and --ca-hash are for --role agent"
+    [ -z "$token" ] || [[ "$token" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || die "--token must be a bootstrap token, <6 of a-z0-9>.<16 of a-z0-9>"
+    ;;
   agent)
     [ -n "$server" ] || die "--role agent needs --server https://IP:6443 (the server's install prints the command)"
     [ "$no_agent" = 0 ] || die "--no-agent is for --role server"
+    [[ "$server" == https://* ]] || die "--server must be https://IP:$port (the API speaks TLS only)"
+    [ -n "$token" ] && [ -n "$ca_hash" ] || die "--role agent needs --token and --ca-hash (the server's install prints them)"
+    [[ "$token" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || die "--token must be a bootstrap token, <6 of a-z0-9>.<16 of a-z0-9>"
+    [[ "$ca_hash" =~ ^sha256:[0-9a-f]{64}$ ]] || die "--ca-hash must be sha256:<64 hex digits>"
+    [ ${#sans[@]} = 0 ] || die "--san is for --role server"
     ;;
   *) die "--role server or --role agent" ;;
 esac
 case "$proxy_mode" in iptables|nftables) ;; *) die "--proxy-mode iptables or nftables" ;; esac
-if [ -n "$token$ca_hash" ]; then
-  [[ "$ca_hash" =~ ^sha256:[0-9a-f]{64}$ ]] || die "--ca-hash must be sha256:<64 hex digits>"
-  [ -n "$token" ] || die "--ca-hash goes with --token"
-fi
-if [[ "$server" == https://* ]]; then
-  # The node's TLS bootstrap (bootstrap token, CSR, a CA pinned by its hash) comes with the
-  # apiserver's TLS; until then the API is plain HTTP on a private network.
-  die "this kaji has no TLS yet: give --server http://IP:$port"
-fi
 
 if [ -z "$bin_dir" ]; then
   for d in "$HERE/bin" "$HERE/../target/release"; do
@@ -91,20 +103,53 @@ node_name="${node_name:-$(hostname)}"
 components=()
 if [ "$role" = server ]; then
   components+=(kaji-apiserver kaji-controller-manager kaji-scheduler)
-  server="http://$node_ip:$port"
+  server="https://$node_ip:$port"
   [ "$no_agent" = 1 ] || components+=(kaji-agent kaji-proxy)
 else
   components+=(kaji-agent kaji-proxy)
 fi
 
+# Where the credentials live. The server's own node has its client and serving certificates
+# issued by the cluster CA here (`kaji pki node`) and its proxy the system:kube-proxy
+# certificate (proxy.conf). A joining node bootstraps its client certificate with the token
+# (kubelet.conf, the key and certificate in the agent's cert dir, as kubelet does), serves its
+# port with a self-signed pair (kubelet's own default) and runs its proxy with the node's
+# credentials (see the bindings below).
+PKI="$ETC/pki"
+AGENT_PKI=/var/lib/kaji-agent/pki
+if [ "$role" = server ]; then
+  node_kubeconfig="$ETC/nodes/$node_name/kubelet.conf"
+  serving_cert="$ETC/nodes/$node_name/kubelet.crt" serving_key="$ETC/nodes/$node_name/kubelet.key"
+  proxy_kubeconfig="$ETC/proxy.conf"
+else
+  node_kubeconfig="$ETC/kubelet.conf"
+  serving_cert="$AGENT_PKI/kubelet.crt" serving_key="$AGENT_PKI/kubelet.key"
+  proxy_kubeconfig="$ETC/kubelet.conf"
+fi
+
 # Each component's flags, in its environment file (the unit runs `<binary> $KAJI_ARGS`).
 args_of() {
   case "$1" in
-    kaji-apiserver) echo "--insecure-bind-address 0.0.0.0 --insecure-port $port --data-dir /var/lib/kaji/apiserver --service-cluster-ip-range $service_cidr" ;;
-    kaji-controller-manager) echo "--master http://127.0.0.1:$port --allocate-node-cidrs true --cluster-cidr $cluster_cidr" ;;
-    kaji-scheduler) echo "--master http://127.0.0.1:$port" ;;
-    kaji-agent) echo "--master $server --node-name $node_name --node-ip $node_ip --root-dir /var/lib/kaji-agent --cluster-cidr $cluster_cidr ${agent_args[*]}" ;;
-    kaji-proxy) echo "--master $server --hostname-override $node_name --cluster-cidr $cluster_cidr --proxy-mode $proxy_mode" ;;
+    kaji-apiserver)
+      echo "--bind-address 0.0.0.0 --secure-port $port --advertise-address $node_ip" \
+        "--tls-cert-file $PKI/apiserver.crt --tls-private-key-file $PKI/apiserver.key --client-ca-file $PKI/ca.crt" \
+        "--kubelet-client-certificate $PKI/apiserver-kubelet-client.crt --kubelet-client-key $PKI/apiserver-kubelet-client.key" \
+        "--enable-bootstrap-token-auth --service-account-signing-key-file $PKI/sa.key --service-account-key-file $PKI/sa.pub" \
+        "--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,ServiceAccount" \
+        "--data-dir /var/lib/kaji/apiserver --service-cluster-ip-range $service_cidr" ;;
+    kaji-controller-manager)
+      echo "--kubeconfig $ETC/controller-manager.conf --allocate-node-cidrs true --cluster-cidr $cluster_cidr" \
+        "--cluster-signing-cert-file $PKI/ca.crt --cluster-signing-key-file $PKI/ca.key --root-ca-file $PKI/ca.crt" ;;
+    kaji-scheduler) echo "--kubeconfig $ETC/scheduler.conf" ;;
+    kaji-agent)
+      local join=""
+      [ "$role" = agent ] && join="--bootstrap-kubeconfig $ETC/bootstrap-kubelet.conf --cert-dir $AGENT_PKI "
+      echo "--kubeconfig $node_kubeconfig ${join}--tls-cert-file $serving_cert --tls-private-key-file $serving_key" \
+        "--client-ca-file $PKI/ca.crt --node-name $node_name --node-ip $node_ip --root-dir /var/lib/kaji-agent" \
+        "--cluster-cidr $cluster_cidr ${agent_args[*]}" ;;
+    kaji-proxy)
+      echo "--kubeconfig $proxy_kubeconfig --hostname-override $node_name --cluster-cidr $cluster_cidr" \
+        "--proxy-mode $proxy_mode" ;;
   esac
 }
 
@@ -122,10 +167,22 @@ put() {
 }
 is_changed() { local c; for c in "${changed[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
 
-mkdir -p "$ETC"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 units_changed=0
+# The CLI makes the PKI, joins, creates the token and applies the bindings below (and is the
+# users' kubectl-like client).
+kaji="$bin_dir/kaji"
+[ -x "$kaji" ] || die "$kaji is missing"
+if [ "$role" = agent ]; then
+  # Join discovery first, so a wrong hash or server installs nothing: the CA only if its public
+  # key has the pinned hash (over TLS; nothing is sent but the handshake), and the bootstrap
+  # kubeconfig with the token.
+  "$kaji" pki join --dir "$tmp/join" --server "$server" --token "$token" --ca-hash "$ca_hash" >/dev/null \
+    || die "could not get the cluster CA from $server (is the server up, is --ca-hash right?)"
+fi
+mkdir -p "$ETC"
+put "$kaji" "$PREFIX/bin/kaji" 755 kaji
 for c in "${components[@]}"; do
   [ -x "$bin_dir/$c" ] || die "$bin_dir/$c is missing"
   put "$bin_dir/$c" "$PREFIX/bin/$c" 755 "$c"
@@ -135,8 +192,52 @@ for c in "${components[@]}"; do
   put "$HERE/systemd/$c.service" "$UNITS/$c.service" 644 "$c"
   [ ${#changed[@]} -gt "$before" ] && units_changed=1
 done
-# The CLI for people without kubectl (and the agent's images: `kaji-agent image import`).
-[ -x "$bin_dir/kaji" ] && put "$bin_dir/kaji" "$PREFIX/bin/kaji" 755 kaji
+
+# --- credentials --------------------------------------------------------------------------------
+if [ "$role" = server ]; then
+  # The PKI, made once: a re-run keeps every key and certificate (uninstall.sh removes them).
+  if [ ! -f "$PKI/apiserver.crt" ] || [ ! -f "$ETC/admin.conf" ]; then
+    say "making the cluster's certificates in $ETC"
+    extra=()
+    for n in "${sans[@]}"; do
+      if [[ "$n" =~ ^[0-9.]+$|: ]]; then extra+=(--ip "$n"); else extra+=(--dns "$n"); fi
+    done
+    "$kaji" pki init --dir "$ETC" --server "$server" --ip "$node_ip" "${extra[@]}" \
+      --service-cluster-ip-range "$service_cidr" >/dev/null
+    changed+=(kaji-apiserver kaji-controller-manager kaji-scheduler kaji-proxy)
+  fi
+  if [ "$no_agent" = 0 ] && [ ! -f "$node_kubeconfig" ]; then
+    "$kaji" pki node --dir "$ETC" --name "$node_name" --ip "$node_ip" --server "$server" >/dev/null
+    changed+=(kaji-agent)
+  fi
+else
+  put "$tmp/join/pki/ca.crt" "$PKI/ca.crt" 644 kaji-agent
+  put "$tmp/join/bootstrap-kubelet.conf" "$ETC/bootstrap-kubelet.conf" 600 kaji-agent
+  if [ ! -f "$serving_cert" ]; then
+    "$kaji" pki self-signed --cert-dir "$AGENT_PKI" --name "$node_name" --ip "$node_ip" >/dev/null
+    changed+=(kaji-agent)
+  fi
+fi
+
+# Bindings beyond Kubernetes' defaults, applied once the API serves:
+# - kaji's controller manager runs all its controllers under its own user (it has no
+#   --use-service-account-credentials yet), so that user holds cluster-admin;
+# - a joining node's proxy speaks with the node's credentials: system:node-proxier for nodes.
+bindings() {
+  "$kaji" --kubeconfig "$ETC/admin.conf" apply -f - >/dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "kaji:controller-manager"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-controller-manager"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "kaji:node-proxier"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:node-proxier"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "system:nodes"}]
+YAML
+}
 
 [ "$units_changed" = 1 ] && systemctl daemon-reload
 for c in "${components[@]}"; do
@@ -150,30 +251,37 @@ for c in "${components[@]}"; do
   else
     say "$c is up to date"
   fi
+  if [ "$c" = kaji-apiserver ]; then
+    n=0
+    until bindings 2>"$tmp/bindings.err"; do
+      n=$((n + 1))
+      [ $n -lt 30 ] || die "could not apply the control plane's bindings: $(cat "$tmp/bindings.err")"
+      sleep 2
+    done
+  fi
 done
 
 if [ "$role" = server ]; then
-  cat >"$tmp/admin.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kaji
-  cluster:
-    server: $server
-contexts:
-- name: kaji
-  context:
-    cluster: kaji
-    user: admin
-users:
-- name: admin
-  user: {}
-current-context: kaji
-EOF
-  put "$tmp/admin.kubeconfig" "$ETC/admin.kubeconfig" 600 kubeconfig
-  echo "kaji server is up at $server. kubectl: export KUBECONFIG=$ETC/admin.kubeconfig"
-  echo "Join a machine as a node (run there, with the same binaries):"
-  echo "  deploy/install.sh --role agent --server $server"
+  # The join token: kept while its Secret lasts (bootstrap tokens expire after 24 h and the
+  # apiserver stops accepting them), else a new one.
+  # The file holds the token and when it was made; one made over 23 h ago is replaced. A token
+  # given with --token (kubeadm init --token) is made unless its Secret is there.
+  given="$token" made=0
+  [ -z "$given" ] && [ -f "$ETC/join-token" ] && read -r token made <"$ETC/join-token"
+  [ -n "$given" ] && made=$(date +%s)
+  if [ -n "$token" ] && { [ $(($(date +%s) - ${made:-0})) -gt 82800 ] \
+    || ! "$kaji" --kubeconfig "$ETC/admin.conf" get secret -n kube-system "bootstrap-token-${token%%.*}" >/dev/null 2>&1; }; then
+    token=""
+  fi
+  if [ -z "$token" ]; then
+    token=$("$kaji" --kubeconfig "$ETC/admin.conf" token create $given --ttl 24h --description "made by deploy/install.sh") \
+      || die "could not create a join token"
+    (umask 077 && echo "$token $(date +%s)" >"$ETC/join-token")
+  fi
+  ca_hash=$("$kaji" pki ca-hash --dir "$ETC")
+  echo "kaji server is up at $server. kubectl: export KUBECONFIG=$ETC/admin.conf"
+  echo "Join a machine as a node (run there, with the same binaries; the token lasts 24 h):"
+  echo "  deploy/install.sh --role agent --server $server --token $token --ca-hash $ca_hash"
 else
-  echo "kaji agent $node_name ($node_ip) joins $server"
+  echo "kaji agent $node_name ($node_ip) joined $server"
 fi

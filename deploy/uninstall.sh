@@ -7,8 +7,9 @@
 # Stops and disables the kaji units; removes every pod (containers, mounts, cgroups, the pod
 # network: bridge kaji0, veths, routes, masquerade and hostPort rules) with `kaji-agent cleanup`,
 # the proxy's iptables and nftables rules with `kaji-proxy --cleanup`; then the units, binaries,
-# /etc/kaji and, unless --keep-data, /var/lib/kaji (the API's store) and /var/lib/kaji-agent
-# (images, pod state).
+# the components' flags (/etc/kaji/*.env) and, unless --keep-data, the cluster's PKI, kubeconfigs
+# and join token (the rest of /etc/kaji), /var/lib/kaji (the API's store, bootstrap tokens
+# included) and /var/lib/kaji-agent (images, pod state, the node's certificates).
 set -uo pipefail
 
 PREFIX="${KAJI_PREFIX:-/usr/local}"
@@ -46,8 +47,10 @@ for c in "${COMPONENTS[@]}"; do
 done
 rm -f "$PREFIX/bin/kaji"
 systemctl daemon-reload
-rm -rf /etc/kaji
+rm -f /etc/kaji/kaji-*.env
 if [ "$keep_data" = 0 ]; then
+  # The PKI goes with the data: a store kept without its CA and ServiceAccount key is of no use.
+  rm -rf /etc/kaji
   # Never below a live mount (a pod volume the cleanup could not unmount stays, and is listed).
   if ! grep -q " /var/lib/kaji-agent/" /proc/self/mounts; then
     rm -rf /var/lib/kaji-agent
@@ -62,8 +65,9 @@ for c in "${COMPONENTS[@]}"; do
   [ -e "$PREFIX/bin/$c" ] && left+=("binary $PREFIX/bin/$c")
   systemctl is-active -q "$c.service" 2>/dev/null && left+=("running unit $c.service")
 done
-[ -e /etc/kaji ] && left+=("directory /etc/kaji")
+for f in /etc/kaji/kaji-*.env; do [ -e "$f" ] && left+=("file $f"); done
 if [ "$keep_data" = 0 ]; then
+  [ -e /etc/kaji ] && left+=("directory /etc/kaji")
   [ -e /var/lib/kaji ] && left+=("directory /var/lib/kaji")
   [ -e /var/lib/kaji-agent ] && left+=("directory /var/lib/kaji-agent")
 fi
@@ -93,4 +97,4 @@ if [ ${#failed[@]} -gt 0 ] || [ ${#left[@]} -gt 0 ]; then
   for l in "${left[@]}"; do echo "left behind: $l"; done
   exit 1
 fi
-echo "kaji is uninstalled; nothing is left$([ "$keep_data" = 1 ] && echo " but its data (/var/lib/kaji, /var/lib/kaji-agent)")"
+echo "kaji is uninstalled; nothing is left$([ "$keep_data" = 1 ] && echo " but its data (/etc/kaji: PKI and kubeconfigs; /var/lib/kaji, /var/lib/kaji-agent)")"

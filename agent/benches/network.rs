@@ -101,9 +101,12 @@ fn setup_node(n: &NodeNs, nodes: Vec<Arc<Node>>, pods: usize) -> anyhow::Result<
             let mut out = Vec::new();
             for i in 0..pods {
                 let uid = format!("{name}-pod-{i}");
-                let sb = Sandbox::new(root.join("pods").join(&uid), Wanted { net: true, ipc: false, uts: false });
+                let sb = Sandbox::new(
+                    root.join("pods").join(&uid),
+                    Wanted { net: true, ipc: false, uts: false, user: None },
+                );
                 let s2 = sb.clone();
-                tokio::task::spawn_blocking(move || s2.ensure("p")).await??;
+                tokio::task::spawn_blocking(move || s2.ensure("p", std::path::Path::new("kaji-agent"))).await??;
                 let netns = sb.netns().context("netns")?;
                 let t = Instant::now();
                 let addr = net.attach(&pod(&uid), &netns).await?;

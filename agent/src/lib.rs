@@ -24,6 +24,7 @@ pub mod sandbox;
 pub mod spdy;
 pub mod spec;
 pub mod tokens;
+pub mod userns;
 pub mod volumes;
 
 use std::net::{IpAddr, SocketAddr};
@@ -221,10 +222,25 @@ pub async fn cleanup(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Adds search (x) permission for everyone to `dir`, if it lacks it.
+fn traversable(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o001 == 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode((mode & 0o7777) | 0o111))?;
+    }
+    Ok(())
+}
+
 /// Starts the agent: directories, image store, runtime, server, node registration, pod workers.
 pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
     for dir in [config.root_dir.clone(), config.containers_dir(), config.pods_dir(), config.runtime_dir()] {
         std::fs::create_dir_all(&dir).map_err(|source| Error::Dir { path: dir.clone(), source })?;
+    }
+    // The root of a `hostUsers: false` pod is nobody on the host: it must be able to pass
+    // through to its rootfs and idmapped mounts under the runtime's dir (containerd's 0711).
+    for dir in [config.root_dir.clone(), config.runtime_dir()] {
+        traversable(&dir).map_err(|source| Error::Dir { path: dir.clone(), source })?;
     }
     let images = kaji_image::Store::open(
         config.images_dir(),

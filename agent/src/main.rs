@@ -133,6 +133,16 @@ enum Command {
     /// Keeps the systemd driver's scope alive until the agent that started it ends.
     #[command(hide = true)]
     Hold,
+    /// Holds a `hostUsers: false` pod's new namespaces while the agent sets them up.
+    #[command(hide = true)]
+    UsernsHold {
+        #[arg(long)]
+        net: bool,
+        #[arg(long)]
+        ipc: bool,
+        #[arg(long)]
+        uts: bool,
+    },
     /// The exec helper: joins a container's namespaces and cgroup and runs a command there.
     #[command(hide = true)]
     Nsenter {
@@ -222,6 +232,10 @@ fn main() -> anyhow::Result<()> {
         // agent's unit.
         kaji_agent::cgroup::systemd::join_fork_server_cgroup();
         std::process::exit(kaji_runtime::forkserver::main());
+    }
+    if let Some(Command::UsernsHold { net, ipc, uts }) = &args.command {
+        // Single-threaded on purpose: unsharing a user namespace refuses threaded callers.
+        std::process::exit(kaji_agent::sandbox::hold(*net, *ipc, *uts));
     }
     if let Some(Command::Hold) = &args.command {
         std::process::exit(kaji_agent::cgroup::systemd::hold());

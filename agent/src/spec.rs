@@ -27,6 +27,9 @@ pub struct Inputs<'a> {
     /// Host file bind-mounted at terminationMessagePath.
     pub termination_log: &'a Path,
     pub annotations: HashMap<String, String>,
+    /// `hostUsers: false`: the first host id of the pod's user namespace (joined through
+    /// `joins`), whose 65536 ids the rootfs and every bind mount are idmapped to.
+    pub userns: Option<u32>,
 }
 
 /// Why a spec cannot be built (a `CreateContainerConfigError`/`CreateContainerError` message).
@@ -357,6 +360,24 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
         mounts.retain(|x| x["destination"] != m["destination"]);
         mounts.push(m);
     }
+    // In the pod's user namespace: the joined namespace's maps (the runtime idmaps the rootfs
+    // with them) and every bind mount idmapped the same way, so the host's root is the
+    // container's root there (containerd's idmapped mounts for Kubernetes).
+    if let (Some(start), Some((_, path))) = (i.userns, i.joins.iter().find(|(t, _)| *t == LinuxNamespaceType::User)) {
+        let maps = json!([{"containerID": 0, "hostID": start, "size": crate::userns::LENGTH}]);
+        if let Some(list) = spec["linux"]["namespaces"].as_array_mut() {
+            list.insert(0, json!({"type": "user", "path": path}));
+        }
+        spec["linux"]["uidMappings"] = maps.clone();
+        spec["linux"]["gidMappings"] = maps.clone();
+        for m in mounts.iter_mut() {
+            let bind = m["type"] == "bind" || m["options"].as_array().is_some_and(|o| o.contains(&json!("rbind")));
+            if bind {
+                m["uidMappings"] = maps.clone();
+                m["gidMappings"] = maps.clone();
+            }
+        }
+    }
     spec["mounts"] = json!(mounts);
 
     // Rootfs layers (top first for overlayfs) and the agent's own bookkeeping.
@@ -392,6 +413,7 @@ mod tests {
             pod_dir: &dir,
             termination_log: Path::new("/var/lib/kaji/pods/u/termination/c-0"),
             annotations: HashMap::new(),
+            userns: None,
         };
         build(&i).map(|s| serde_json::to_value(s).expect("serializes"))
     }
@@ -501,5 +523,44 @@ mod tests {
         assert_eq!(resolve_image_user("app:staff", &layers), Ok((1001, 50)));
         assert_eq!(resolve_image_user("7:8", &layers), Ok((7, 8)));
         assert!(resolve_image_user("ghost", &layers).is_err());
+    }
+    #[test]
+    fn a_pod_in_a_user_namespace_joins_it_and_idmaps_its_bind_mounts() {
+        let p = pod(json!({"spec": {"hostUsers": false,
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [{"name": "c", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}));
+        let image = kaji_image::ImageConfig::default();
+        let volumes = HashMap::from([("data".to_string(), PathBuf::from("/pods/u/volumes/data"))]);
+        let dir = crate::volumes::PodDir(PathBuf::from("/pods/u"));
+        let i = Inputs {
+            pod: &p,
+            container: &p.spec.as_ref().expect("spec").containers[0],
+            layers: &[],
+            image: &image,
+            env: vec![],
+            args: vec!["/bin/sh".into()],
+            joins: vec![
+                (LinuxNamespaceType::User, PathBuf::from("/pods/u/ns/user")),
+                (LinuxNamespaceType::Network, PathBuf::from("/pods/u/ns/net")),
+            ],
+            cgroups_path: PathBuf::from("/kaji/kubepods/podu/c1"),
+            volumes: &volumes,
+            pod_dir: &dir,
+            termination_log: Path::new("/pods/u/termination/c-0"),
+            annotations: HashMap::new(),
+            userns: Some(131072),
+        };
+        let s = serde_json::to_value(build(&i).expect("builds")).expect("serializes");
+        let maps = json!([{"containerID": 0, "hostID": 131072, "size": 65536}]);
+        assert_eq!(s["linux"]["namespaces"][0], json!({"type": "user", "path": "/pods/u/ns/user"}));
+        assert_eq!(s["linux"]["uidMappings"], maps);
+        assert_eq!(s["linux"]["gidMappings"], maps);
+        let mounts = s["mounts"].as_array().expect("mounts");
+        for dest in ["/data", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", "/dev/termination-log"] {
+            let m = mounts.iter().find(|m| m["destination"] == dest).expect(dest);
+            assert_eq!((&m["uidMappings"], &m["gidMappings"]), (&maps, &maps), "{dest}");
+        }
+        let proc = mounts.iter().find(|m| m["destination"] == "/proc").expect("proc");
+        assert!(proc.get("uidMappings").is_none(), "only bind mounts are idmapped");
     }
 }

@@ -6,26 +6,15 @@
 
 mod common;
 
-use common::ApiServer;
-use kaji_pki::kubeconfig::{Credentials, Kubeconfig};
-use kaji_pki::layout::{InitSpec, Layout};
-use kaji_pki::{Ca, CertSpec};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::secure::{kubectl, kubectl_in, Secure, LOGGED_IN};
+use kaji_pki::kubeconfig::Credentials;
+use std::path::Path;
 
-struct Cluster {
-    server: ApiServer,
-    ca: Ca,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let pki = Layout::new(dir.path().join("pki-root"));
-        let ca = pki.init(&InitSpec { server: "https://127.0.0.1:1".into(), ..Default::default() }).expect("pki");
+/// Node and RBAC authorization, NodeRestriction, and ServiceAccount tokens signed with the PKI's key.
+fn start() -> Secure {
+    Secure::start(|pki, _| {
         let key = pki.pki("sa.key").to_string_lossy().into_owned();
-        let extra = [
+        [
             "--authorization-mode",
             "Node,RBAC",
             "--service-account-signing-key-file",
@@ -34,58 +23,10 @@ impl Cluster {
             "48h",
             "--enable-admission-plugins",
             "NodeRestriction",
-        ];
-        let server = ApiServer::start_secure(&dir.path().join("data"), &pki, &extra);
-        Cluster { server, ca, dir }
-    }
-
-    fn kubeconfig(&self, name: &str, credentials: Credentials) -> PathBuf {
-        let kc = Kubeconfig {
-            cluster: "kaji".into(),
-            server: self.server.https_url(),
-            ca_pem: self.ca.cert_pem().into(),
-            user: name.into(),
-            context: name.into(),
-            credentials,
-        };
-        let path = self.dir.path().join(format!("{name}.kubeconfig"));
-        std::fs::write(&path, kc.render()).expect("write kubeconfig");
-        path
-    }
-
-    fn admin(&self) -> PathBuf {
-        self.user("admin", "kubernetes-admin", &["system:masters"])
-    }
-
-    fn user(&self, file: &str, cn: &str, orgs: &[&str]) -> PathBuf {
-        let issued = self.ca.issue(&CertSpec::client(cn, orgs)).expect("issue");
-        self.kubeconfig(file, Credentials::Certificate { cert_pem: issued.cert_pem, key_pem: issued.key_pem })
-    }
-}
-
-fn kubectl_in(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(kubeconfig.with_extension("cache"))
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.unwrap_or("").as_bytes()).expect("stdin");
-    drop(input);
-    let out = child.wait_with_output().expect("kubectl ends");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    kubectl_in(kubeconfig, args, None)
+        ]
+        .map(String::from)
+        .to_vec()
+    })
 }
 
 fn ok(kubeconfig: &Path, args: &[&str]) -> String {
@@ -94,8 +35,6 @@ fn ok(kubeconfig: &Path, args: &[&str]) -> String {
     out
 }
 
-const LOGGED_IN: &str = "error: You must be logged in to the server (";
-
 /// `kubectl auth whoami --token <token>` as a client with no other credentials.
 fn whoami(anonymous: &Path, token: &str) -> (bool, String, String) {
     kubectl(anonymous, &["auth", "whoami", "--token", token, "-o", "json"])
@@ -103,7 +42,7 @@ fn whoami(anonymous: &Path, token: &str) -> (bool, String, String) {
 
 #[test]
 fn kubectl_create_token_is_the_account_and_its_role_is_all_it_may_do() {
-    let c = Cluster::start();
+    let c = start();
     let admin = c.admin();
     let nobody = c.kubeconfig("nobody", Credentials::None);
     ok(&admin, &["create", "namespace", "x"]);
@@ -170,7 +109,7 @@ fn kubectl_create_token_is_the_account_and_its_role_is_all_it_may_do() {
 
 #[test]
 fn a_token_bound_to_a_pod_names_it_and_ends_with_it() {
-    let c = Cluster::start();
+    let c = start();
     let admin = c.admin();
     let nobody = c.kubeconfig("nobody", Credentials::None);
     ok(&admin, &["create", "serviceaccount", "web"]);
@@ -208,7 +147,7 @@ fn a_token_bound_to_a_pod_names_it_and_ends_with_it() {
 
 #[test]
 fn a_node_gets_tokens_only_for_the_pods_bound_to_it() {
-    let c = Cluster::start();
+    let c = start();
     let admin = c.admin();
     let n1 = c.user("n1", "system:node:n1", &["system:nodes"]);
     ok(&admin, &["create", "serviceaccount", "web"]);

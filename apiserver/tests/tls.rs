@@ -5,73 +5,24 @@
 
 mod common;
 
-use common::ApiServer;
+use common::secure::{kubectl, Secure, LOGGED_IN};
 use kaji_pki::kubeconfig::{Credentials, Kubeconfig};
-use kaji_pki::layout::{InitSpec, Layout};
-use kaji_pki::{Ca, CertSpec};
+use kaji_pki::Ca;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-struct Secure {
-    server: ApiServer,
-    pki: Layout,
-    ca: Ca,
-    dir: tempfile::TempDir,
-}
-
-impl Secure {
-    /// A server that denies everyone but system:masters, with a static token for alice and
-    /// bootstrap tokens on.
-    fn start() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let pki = Layout::new(dir.path().join("pki-root"));
-        let ca = pki.init(&InitSpec { server: "https://127.0.0.1:1".into(), ..Default::default() }).expect("pki");
-        let tokens = dir.path().join("tokens.csv");
+/// A server that denies everyone but system:masters, with a static token for alice and
+/// bootstrap tokens on.
+fn start() -> Secure {
+    Secure::start(|_, dir| {
+        let tokens = dir.join("tokens.csv");
         std::fs::write(&tokens, "alice-token,alice,1001,dev\n").expect("token file");
         let tokens = tokens.to_string_lossy().to_string();
-        let extra = ["--authorization-mode", "RBAC", "--token-auth-file", &tokens, "--enable-bootstrap-token-auth"];
-        let server = ApiServer::start_secure(&dir.path().join("data"), &pki, &extra);
-        Secure { server, pki, ca, dir }
-    }
-
-    /// A kubeconfig for this server with `credentials`, trusting `ca_pem`.
-    fn kubeconfig(&self, name: &str, credentials: Credentials) -> PathBuf {
-        let kc = Kubeconfig {
-            cluster: "kaji".into(),
-            server: self.server.https_url(),
-            ca_pem: self.ca.cert_pem().into(),
-            user: name.into(),
-            context: name.into(),
-            credentials,
-        };
-        let path = self.dir.path().join(format!("{name}.kubeconfig"));
-        std::fs::write(&path, kc.render()).expect("write kubeconfig");
-        path
-    }
-
-    fn cert(&self, ca: &Ca, cn: &str, orgs: &[&str]) -> Credentials {
-        let issued = ca.issue(&CertSpec::client(cn, orgs)).expect("issue");
-        Credentials::Certificate { cert_pem: issued.cert_pem, key_pem: issued.key_pem }
-    }
+        ["--authorization-mode", "RBAC", "--token-auth-file", &tokens, "--enable-bootstrap-token-auth"]
+            .map(String::from)
+            .to_vec()
+    })
 }
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let cache = kubeconfig.with_extension("cache");
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("kubectl runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
-
-/// What kubectl says on a 401: "(Unauthorized)" after the Status of a request, "(the server has
-/// asked for the client to provide credentials)" after discovery.
-const LOGGED_IN: &str = "error: You must be logged in to the server (";
 
 /// kubectl in a terminal (util-linux's `script` gives it one) where `typed` is what the user
 /// types; its output and errors together.
@@ -103,8 +54,8 @@ fn kubectl_in_a_terminal(kubeconfig: &Path, args: &[&str], typed: &str) -> (bool
 
 #[test]
 fn kubectl_gets_in_with_a_cluster_certificate_and_nowhere_without() {
-    let s = Secure::start();
-    let admin = s.kubeconfig("admin", s.cert(&s.ca, "kubernetes-admin", &["system:masters"]));
+    let s = start();
+    let admin = s.kubeconfig("admin", Secure::cert(&s.ca, "kubernetes-admin", &["system:masters"]));
     let (ok, out, err) = kubectl(&admin, &["get", "namespaces", "-o", "name"]);
     assert!(ok && out.contains("namespace/kube-system"), "{out}{err}");
     // The layout's own admin.conf is as good (only its server differs).
@@ -128,7 +79,7 @@ fn kubectl_gets_in_with_a_cluster_certificate_and_nowhere_without() {
     assert!(ok && out.trim_end().ends_with("ok"), "{out}");
 
     let other = Ca::generate("kubernetes", kaji_pki::ca::CA_VALIDITY).expect("ca");
-    let stranger = s.kubeconfig("stranger", s.cert(&other, "kubernetes-admin", &["system:masters"]));
+    let stranger = s.kubeconfig("stranger", Secure::cert(&other, "kubernetes-admin", &["system:masters"]));
     let (ok, _, err) = kubectl(&stranger, &["get", "pods"]);
     assert!(!ok && err.contains(LOGGED_IN), "{err}");
 
@@ -139,8 +90,8 @@ fn kubectl_gets_in_with_a_cluster_certificate_and_nowhere_without() {
 
 #[test]
 fn a_known_identity_the_authorizer_refuses_gets_kubernetes_403() {
-    let s = Secure::start();
-    let jane = s.kubeconfig("jane", s.cert(&s.ca, "jane", &["dev"]));
+    let s = start();
+    let jane = s.kubeconfig("jane", Secure::cert(&s.ca, "jane", &["dev"]));
     let (ok, _, err) = kubectl(&jane, &["get", "pods"]);
     assert!(!ok, "{err}");
     assert!(
@@ -157,14 +108,14 @@ fn a_known_identity_the_authorizer_refuses_gets_kubernetes_403() {
 
 #[tokio::test]
 async fn kube_rs_verifies_the_server_and_is_refused_without_a_cluster_certificate() -> anyhow::Result<()> {
-    let s = tokio::task::spawn_blocking(Secure::start).await?;
+    let s = tokio::task::spawn_blocking(start).await?;
     let client = |kc: PathBuf| async move {
         let kc = kube::config::Kubeconfig::read_from(kc)?;
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
         anyhow::Ok(kube::Client::try_from(config)?)
     };
     kaji_pki::install_crypto_provider();
-    let admin = client(s.kubeconfig("admin", s.cert(&s.ca, "kubernetes-admin", &["system:masters"]))).await?;
+    let admin = client(s.kubeconfig("admin", Secure::cert(&s.ca, "kubernetes-admin", &["system:masters"]))).await?;
     let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(admin);
     assert!(ns.get("default").await.is_ok());
 
@@ -194,8 +145,8 @@ async fn kube_rs_verifies_the_server_and_is_refused_without_a_cluster_certificat
 
 #[test]
 fn the_python_client_is_refused_without_credentials_and_served_with_a_certificate() {
-    let s = Secure::start();
-    let admin = s.kubeconfig("admin", s.cert(&s.ca, "kubernetes-admin", &["system:masters"]));
+    let s = start();
+    let admin = s.kubeconfig("admin", Secure::cert(&s.ca, "kubernetes-admin", &["system:masters"]));
     let nobody = s.kubeconfig("nobody", Credentials::None);
     let script = r#"
 import sys
@@ -220,7 +171,7 @@ print("ok")
 
 #[test]
 fn plain_http_on_the_secure_port_gets_no_api() {
-    let s = Secure::start();
+    let s = start();
     let (code, _) = common::http(&s.server.addr, "GET", "/api/v1/namespaces", None, "");
     assert_ne!(code, 200);
 }
@@ -238,8 +189,8 @@ fn bootstrap_secret(id: &str, expiration: &str) -> String {
 
 #[test]
 fn a_bootstrap_token_is_its_bootstrapper_until_it_expires_or_goes() {
-    let s = Secure::start();
-    let admin = s.kubeconfig("admin", s.cert(&s.ca, "kubernetes-admin", &["system:masters"]));
+    let s = start();
+    let admin = s.kubeconfig("admin", Secure::cert(&s.ca, "kubernetes-admin", &["system:masters"]));
     let in_an_hour = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
     let manifest = s.dir.path().join("tokens.json");
     let secrets =

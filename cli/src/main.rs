@@ -80,7 +80,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     kaji_pki::install_crypto_provider();
     let result = match cli.command {
-        Command::Pki { command } => pki::run(command),
+        Command::Pki { command } => pki::run(command).await,
         // The connection flags are global (kubectl takes them anywhere); a lab has its own.
         Command::Lab { .. } if cli.conn != ConnArgs::default() => Err(anyhow::anyhow!(
             "--kubeconfig, --context and -n/--namespace do not apply to `kaji lab` (did you mean --nodes?)"

@@ -99,6 +99,23 @@ pub async fn drive<K, C, E, F>(
         .await;
 }
 
+/// Runs `sweep` at once and then again after the delay each run returns, until `stop` resolves —
+/// the loop of the periodic sweepers (pod GC, the CSR cleaner), which watch nothing of their own.
+pub async fn every<F>(mut sweep: impl FnMut() -> F, stop: impl std::future::Future<Output = ()>)
+where
+    F: std::future::Future<Output = Duration>,
+{
+    let mut stop = std::pin::pin!(stop);
+    let mut next = Duration::ZERO;
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(next) => {}
+        }
+        next = sweep().await;
+    }
+}
+
 /// Runs a controller of the pods' owners of kind `K` (ReplicaSet, StatefulSet, Job) until `stop`:
 /// each owner reconciled on its own changes and on those of the pods `owners_of` maps to it.
 #[allow(clippy::too_many_arguments)]
@@ -132,5 +149,31 @@ mod tests {
         assert_eq!(backoff_delay(2), Duration::from_millis(500));
         assert_eq!(backoff_delay(5), Duration::from_secs(4));
         assert_eq!(backoff_delay(100), Duration::from_secs(120));
+    }
+
+    #[tokio::test]
+    async fn every_sweeps_at_once_and_again_after_each_delay_until_stopped() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let runs = Arc::new(AtomicU32::new(0));
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let (counted, stopper) = (runs.clone(), stop.clone());
+        let sweep = move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            if n == 3 {
+                stopper.notify_one();
+            }
+            // No wait between the first runs; after the third, the stop comes before the hour.
+            async move {
+                if n < 3 {
+                    Duration::ZERO
+                } else {
+                    Duration::from_secs(3600)
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), every(sweep, async move { stop.notified().await }))
+            .await
+            .expect("every returns once stopped");
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
 }

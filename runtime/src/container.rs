@@ -300,10 +300,7 @@ impl Common {
         if let Some(rootfs) = &record.shared_mounts {
             crate::rootfs::unmount_below(rootfs);
         }
-        if let Some(rootfs) = &record.rootfs_mount {
-            crate::rootfs::unmount_below(rootfs);
-            let _ = nix::mount::umount2(rootfs, nix::mount::MntFlags::MNT_DETACH);
-        }
+        crate::idmap::take_down(&crate::idmap::idmap_dir(&self.dir(id)?), record.rootfs_mount.as_deref());
         // The shim may still be writing exit.json, and lets go of the container's mounts after
         // it (see `shim::hold_mounts`): wait for it to end, so nothing of the container is left
         // when delete returns.

@@ -139,6 +139,9 @@ pub struct Context<'a> {
     pub cgroups_path: Option<&'a Path>,
     /// With SCMP_ACT_NOTIFY in the profile: a socket to the creator for the filter's listener.
     pub seccomp_listener: Option<OwnedFd>,
+    /// The user namespace joined by path was joined before the clone (by the bridge process of
+    /// `launch::clone_in_joined_userns`): the init is in it already.
+    pub userns_joined: bool,
 }
 
 /// What the init needs from the shim at its two synchronisation points.
@@ -189,7 +192,9 @@ fn setup_and_exec(mut ctx: Context<'_>, parent: &mut dyn Parent) -> Result<Never
     }
     // A user namespace joined by path comes first; it also takes the host's privileges away.
     if joins_userns {
-        namespaces::join(&ctx.plan.join_in_child[..1])?;
+        if !ctx.userns_joined {
+            namespaces::join(&ctx.plan.join_in_child[..1])?;
+        }
         become_root_of_user_namespace()?;
     }
     crate::sys::set_parent_death_signal().map_err(sys("set parent death signal"))?;

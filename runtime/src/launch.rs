@@ -202,6 +202,44 @@ fn write_id_maps(pid: Pid, linux: &oci_spec::runtime::Linux, oom_score_adj: Opti
     Ok(())
 }
 
+/// Clones the init into the new namespaces `flags` asks for, owned by the user namespace
+/// `userns` joins (otherwise the host's would own them: its root could not make its mount
+/// namespace private, nor mount /proc for its PID namespace). A bridge process joins the user
+/// namespace and clones the init with `CLONE_PARENT`, so the init is still our child, then
+/// sends its pid and exits — runc's nsexec does the same.
+fn clone_in_joined_userns(
+    flags: nix::sched::CloneFlags,
+    userns: &(nix::sched::CloneFlags, PathBuf),
+) -> Result<Forked, Failure> {
+    let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create sync pipe: {e}"))?;
+    match sys::clone_process(nix::sched::CloneFlags::empty())
+        .map_err(|e| format!("failed to clone container init: {e}"))?
+    {
+        Forked::Child => {
+            drop(r);
+            if namespaces::join(std::slice::from_ref(userns)).is_err() {
+                sys::exit_now(1);
+            }
+            match sys::clone_process(flags | nix::sched::CloneFlags::CLONE_PARENT) {
+                Ok(Forked::Child) => Ok(Forked::Child),
+                Ok(Forked::Parent(pid)) => {
+                    let _ = File::from(w).write_all(&pid.as_raw().to_ne_bytes());
+                    sys::exit_now(0)
+                }
+                Err(_) => sys::exit_now(1),
+            }
+        }
+        Forked::Parent(bridge) => {
+            drop(w);
+            let mut buf = [0u8; 4];
+            let read = File::from(r).read_exact(&mut buf);
+            let _ = waitpid(bridge, None);
+            read.map_err(|_| format!("failed to clone container init into user namespace {}", userns.1.display()))?;
+            Ok(Forked::Parent(Pid::from_raw(i32::from_ne_bytes(buf))))
+        }
+    }
+}
+
 /// What the state record says about a container, from its spec and how it was launched.
 pub fn record(
     id: &str,
@@ -235,6 +273,13 @@ pub fn record(
 pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
     let spec = spec::load(req.bundle).map_err(|e| chain(&e))?;
     spec::validate(&spec, req.bundle).map_err(|e| chain(&e))?;
+    // Idmapped rootfs and mounts are made on the host first; the init bind-mounts them. A
+    // failed create takes them down with the guard, a created container at delete.
+    let idmapped = match crate::idmap::needed(&spec) {
+        true => Some(crate::idmap::prepare(&spec, req.bundle, dir).map_err(|e| chain(&e))?),
+        false => None,
+    };
+    let spec = idmapped.as_ref().map_or(spec, |p| p.spec.clone());
     let linux = spec.linux().as_ref().ok_or("spec has no linux section")?;
     let plan = namespaces::plan(linux.namespaces().as_deref().unwrap_or_default()).map_err(|e| chain(&e))?;
     let created = jiff::Timestamp::now().to_string();
@@ -335,7 +380,13 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
     }
 
     let (upper, work, target) = (dir.upper(), dir.work(), dir.rootfs());
-    let cloned = sys::clone_process(clone_flags).map_err(|e| format!("failed to clone container init: {e}"))?;
+    // A user namespace joined by path must own the namespaces the container gets new.
+    let joined_userns = plan.join_in_child.iter().find(|(f, _)| *f == nix::sched::CloneFlags::CLONE_NEWUSER);
+    let userns_joined = joined_userns.is_some() && !clone_flags.is_empty();
+    let cloned = match joined_userns.filter(|_| userns_joined) {
+        Some(userns) => clone_in_joined_userns(clone_flags, userns)?,
+        None => sys::clone_process(clone_flags).map_err(|e| format!("failed to clone container init: {e}"))?,
+    };
     match cloned {
         Forked::Child => {
             drop((go_w, rep_r));
@@ -391,6 +442,7 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                 extra_env: &req.extra_env,
                 cgroups_path: cgroups_path.as_deref(),
                 seccomp_listener: listener_theirs,
+                userns_joined,
             };
             let err = init::run(ctx, &mut to_parent);
             let _ = writeln!(to_parent.rep, "error: {}", chain(&err));
@@ -519,7 +571,9 @@ pub fn native(req: &Request<'_>, dir: &Dir) -> Result<Launched, Failure> {
                 true => None,
                 false => Some(rootfs_dir.clone()),
             };
-            let record = Record { hooks: hooks.cloned(), detached: req.detached, log_path, shared_mounts, ..base };
+            let rootfs_mount = idmapped.and_then(crate::idmap::Prepared::keep);
+            let record =
+                Record { hooks: hooks.cloned(), detached: req.detached, log_path, shared_mounts, rootfs_mount, ..base };
             if let Err(e) = state::write_json(&dir.record(), &record) {
                 return Err(fail(chain(&e)));
             }

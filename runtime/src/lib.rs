@@ -10,6 +10,7 @@ pub mod devices;
 pub mod exec;
 pub mod forkserver;
 pub mod hooks;
+pub mod idmap;
 pub mod init;
 pub mod launch;
 pub mod logs;

@@ -157,11 +157,21 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     spec::validate(&spec, &args.bundle).map_err(|e| chain(&e))?;
     // An overlay rootfs is mounted here for runc, which knows nothing of the annotation; from
     // here on a failed create unmounts it again (the guard), a created one at delete (the record).
-    let overlay = match spec::lowerdirs(&spec) {
-        Some(lower) => Some(RuncOverlay::mount(&spec, &args.bundle, dir, &lower)?),
-        None => None,
+    // Idmapped rootfs and mounts are made here as for the native backend, and runc gets a
+    // bundle that bind-mounts them (runc 1.1 knows no idmapped mounts).
+    let idmapped = match crate::idmap::needed(&spec) {
+        true => Some(crate::idmap::prepare(&spec, &args.bundle, dir).map_err(|e| chain(&e))?),
+        false => None,
     };
-    let bundle = overlay.as_ref().map_or_else(|| args.bundle.clone(), |o| o.bundle.clone());
+    let overlay = match (spec::lowerdirs(&spec), &idmapped) {
+        (Some(lower), None) => Some(RuncOverlay::mount(&spec, &args.bundle, dir, &lower)?),
+        _ => None,
+    };
+    let bundle = match (&overlay, &idmapped) {
+        (Some(o), _) => o.bundle.clone(),
+        (None, Some(p)) => write_bundle(&p.spec, &args.bundle, &dir.path.join("bundle"))?,
+        (None, None) => args.bundle.clone(),
+    };
     let terminal = spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
     File::create(dir.created_marker()).map_err(|e| format!("failed to create state: {e}"))?;
     sys::set_child_subreaper().map_err(|e| format!("failed to become subreaper: {e}"))?;
@@ -215,10 +225,33 @@ fn launch_runc(args: &Args, dir: &Dir) -> Result<Launched, Failure> {
     // runc runs the spec's hooks itself.
     let created = jiff::Timestamp::now().to_string();
     let base = launch::record(&args.id, &args.bundle, Pid::from_raw(pid), created, cgroups_path.clone(), "runc", &spec);
-    let rootfs_mount = overlay.map(RuncOverlay::keep);
+    let rootfs_mount = overlay.map(RuncOverlay::keep).or_else(|| idmapped.and_then(crate::idmap::Prepared::keep));
     let record = Record { log_path: args.log.clone(), rootfs_mount, ..base };
     state::write_json(&dir.record(), &record).map_err(|e| chain(&e))?;
     Ok(Launched { pid: Pid::from_raw(pid), stdout, stderr, cgroups_path, stdin: keeper, terminal, mounts: None })
+}
+
+/// Writes `spec` as the config of the bundle `own` (relative bind sources made relative to the
+/// caller's `bundle`, a relative root too) and returns `own`.
+fn write_bundle(spec: &oci_spec::runtime::Spec, bundle: &Path, own: &Path) -> Result<PathBuf, Failure> {
+    std::fs::create_dir_all(own).map_err(|e| format!("failed to create {}: {e}", own.display()))?;
+    let mut copy = spec.clone();
+    if let Some(mut root) = copy.root().clone().filter(|r| r.path().is_relative()) {
+        root.set_path(bundle.join(root.path()));
+        copy.set_root(Some(root));
+    }
+    if let Some(mounts) = copy.mounts_mut() {
+        for m in mounts.iter_mut() {
+            let bind =
+                m.typ().as_deref() == Some("bind") || m.options().iter().flatten().any(|o| o == "bind" || o == "rbind");
+            if let Some(src) = m.source().clone().filter(|s| bind && s.is_relative()) {
+                m.set_source(Some(bundle.join(src)));
+            }
+        }
+    }
+    let text = serde_json::to_vec(&copy).map_err(|e| format!("failed to write the runc bundle: {e}"))?;
+    std::fs::write(own.join("config.json"), text).map_err(|e| format!("failed to write the runc bundle: {e}"))?;
+    Ok(own.to_path_buf())
 }
 
 /// The runc backend's overlay rootfs: mounted at the state dir's `rootfs` in the host's mount
@@ -243,18 +276,7 @@ impl RuncOverlay {
         let mut root = copy.root().clone().unwrap_or_default();
         root.set_path(this.merged.clone());
         copy.set_root(Some(root));
-        if let Some(mounts) = copy.mounts_mut() {
-            for m in mounts.iter_mut() {
-                let bind = m.typ().as_deref() == Some("bind")
-                    || m.options().iter().flatten().any(|o| o == "bind" || o == "rbind");
-                if let Some(src) = m.source().clone().filter(|s| bind && s.is_relative()) {
-                    m.set_source(Some(bundle.join(src)));
-                }
-            }
-        }
-        let text = serde_json::to_vec(&copy).map_err(|e| format!("failed to write the runc bundle: {e}"))?;
-        std::fs::write(this.bundle.join("config.json"), text)
-            .map_err(|e| format!("failed to write the runc bundle: {e}"))?;
+        write_bundle(&copy, bundle, &this.bundle)?;
         Ok(this)
     }
 

@@ -455,3 +455,81 @@ pub fn set_ignored(signal: nix::sys::signal::Signal, ignored: bool) -> Result<()
     // SAFETY: SIG_IGN and SIG_DFL install no handler code, so no async-signal-safety concern.
     unsafe { nix::sys::signal::signal(signal, handler) }.map(drop)
 }
+
+/// `open_tree(2)` with `OPEN_TREE_CLONE`: a detached copy of the mount at `path` (and,
+/// `recursive`, of every mount below it), to be changed and attached elsewhere.
+pub fn open_tree_clone(path: &std::path::Path, recursive: bool) -> Result<OwnedFd, Errno> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: `c` is a NUL-terminated path valid for the call.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: open_tree returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// `mount_setattr(2)` with `MOUNT_ATTR_IDMAP` on the detached mount `tree` (every mount in it
+/// when `recursive`): its files' owners are mapped through the user namespace `userns`.
+pub fn idmap_tree(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>, recursive: bool) -> Result<(), Errno> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let attr =
+        MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd: userns.as_raw_fd() as u64 };
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH names `tree` itself; `attr` is a
+    // struct mount_attr (the kernel's layout, its size passed along), valid for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// `move_mount(2)` of the detached mount `tree` onto `target`.
+pub fn attach_tree(tree: BorrowedFd<'_>, target: &std::path::Path) -> Result<(), Errno> {
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: both paths are NUL-terminated and valid for the call; the empty one with
+    // MOVE_MOUNT_F_EMPTY_PATH names `tree` itself.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// `_exit(2)`: ends a forked child at once, without running exit handlers or flushing buffers
+/// that are copies of its parent's.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit has no preconditions; it never returns.
+    unsafe { libc::_exit(code) }
+}

@@ -189,6 +189,10 @@ impl Network {
                 return Ok(index);
             }
         }
+        // The state dir first: it is what `cleanup` takes as the sign that this agent built a
+        // pod network, so a node whose bridge exists but that never ran a pod is cleaned too.
+        let dir = self.ipam.dir();
+        std::fs::create_dir_all(dir).map_err(|source| ipam::Error::Io { path: dir.to_path_buf(), source })?;
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(Error::Forwarding)?;
         let conn = links::connect()?;
         let index = links::ensure_bridge(&conn.handle, BRIDGE, gateway(cidr), cidr.prefix_len()).await?;

@@ -59,6 +59,8 @@ pub struct Shared {
     pub events: tokio::sync::mpsc::UnboundedSender<Event>,
     /// The pods' projected ServiceAccount tokens.
     pub tokens: crate::tokens::TokenManager,
+    /// The user namespace ranges of `hostUsers: false` pods.
+    pub userns: Mutex<crate::userns::Allocator>,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
     /// The latest pods as the workers last saw them (served on /pods).
     pods: Mutex<HashMap<String, Arc<Pod>>>,
@@ -85,6 +87,8 @@ impl Manager {
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(write_events(client.clone(), rx));
         let allocatable = crate::node::Capacity::measure(&config).minus(&config.reserved);
+        // A restarted agent keeps the ranges its pods have (their dirs say which).
+        let userns = crate::userns::load(&config.pods_dir(), config.max_pods);
         Manager {
             shared: Arc::new(Shared {
                 client,
@@ -96,6 +100,7 @@ impl Manager {
                 allocatable,
                 events,
                 tokens: Default::default(),
+                userns: Mutex::new(userns),
                 workers: Mutex::new(HashMap::new()),
                 pods: Mutex::new(HashMap::new()),
             }),

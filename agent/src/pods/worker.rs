@@ -199,6 +199,23 @@ impl Worker {
         self.containers.iter().filter(|m| m.container_name == name).max_by_key(|m| m.restart_count)
     }
 
+    /// The pod's user namespace range: the one its dir records (kubelet's `userns` file), else
+    /// a new one, recorded there before anything uses it.
+    fn ensure_userns_range(&self, dir: &PodDir) -> Result<u32, crate::userns::Error> {
+        let mut alloc = self.s.userns.lock().expect("userns allocator lock");
+        if let Some(start) = crate::userns::read(&dir.0).and_then(|m| m.start()) {
+            if alloc.adopt(&self.uid, start) {
+                return Ok(start);
+            }
+        }
+        let start = alloc.allocate(&self.uid)?;
+        if let Err(e) = crate::userns::write(&dir.0, &crate::userns::Mappings::for_start(start)) {
+            alloc.release(&self.uid);
+            return Err(e);
+        }
+        Ok(start)
+    }
+
     fn previous(&self, name: &str) -> Option<&Meta> {
         let latest = self.latest(name)?.restart_count;
         self.containers
@@ -232,10 +249,21 @@ impl Worker {
         }
         let dir = self.pod_dir();
         self.ensure_pod_dir_and_cgroup(p, &dir)?;
-        let sandbox = Sandbox::new(dir.0.join("ns"), Wanted::for_pod(p));
+        let mut wanted = Wanted::for_pod(p);
+        if crate::userns::wanted(p) {
+            match self.ensure_userns_range(&dir) {
+                Ok(start) => wanted.user = Some(start),
+                Err(e) => {
+                    let msg = format!("Failed to create pod sandbox: {e}");
+                    self.event_warning(p, "FailedCreatePodSandBox", msg.clone());
+                    return Err(anyhow::anyhow!(msg));
+                }
+            }
+        }
+        let sandbox = Sandbox::new(dir.0.join("ns"), wanted);
         let hostname = spec.hostname.clone().unwrap_or_else(|| p.metadata.name.clone().unwrap_or_default());
-        let sb = sandbox.clone();
-        tokio::task::spawn_blocking(move || sb.ensure(&hostname)).await??;
+        let (sb, binary) = (sandbox.clone(), self.s.config.shim_binary.clone());
+        tokio::task::spawn_blocking(move || sb.ensure(&hostname, &binary)).await??;
         if let (Some(net), Some(netns)) = (self.s.network.clone(), sandbox.netns()) {
             if self.pod_ip.is_none() {
                 match net.attach(p, &netns).await {
@@ -520,6 +548,7 @@ impl Worker {
             pod_dir: dir,
             termination_log: &termination_log,
             annotations,
+            userns: ctx.sandbox.wanted.user,
         };
         let spec = match crate::spec::build(&inputs) {
             Ok(s) => s,
@@ -1091,7 +1120,10 @@ fn termination_message(m: &Meta, code: i32) -> Option<String> {
 /// Removes everything a pod had on the node: containers, sandbox, cgroup, directory.
 pub async fn teardown(s: &Shared, uid: &str, containers: &[Meta]) -> anyhow::Result<()> {
     s.tokens.forget(uid);
-    teardown_pod(&s.runtime, &s.config, s.network.as_deref(), uid, containers).await
+    teardown_pod(&s.runtime, &s.config, s.network.as_deref(), uid, containers).await?;
+    // Its dir (and `userns` file) is gone: the range is free.
+    s.userns.lock().expect("userns allocator lock").release(uid);
+    Ok(())
 }
 
 pub async fn teardown_pod(
@@ -1114,7 +1146,7 @@ pub async fn teardown_pod(
         net.detach(uid).await?;
     }
     let dir = PodDir(config.pods_dir().join(uid));
-    let sandbox = Sandbox::new(dir.0.join("ns"), Wanted { net: true, ipc: true, uts: true });
+    let sandbox = Sandbox::new(dir.0.join("ns"), Wanted::all());
     tokio::task::spawn_blocking(move || sandbox.teardown()).await??;
     if let Ok(path) = std::fs::read_to_string(dir.0.join("cgroup")) {
         crate::cgroup::remove(std::path::Path::new(path.trim()))?;

@@ -139,6 +139,8 @@ pub(super) fn validate_pod_spec(spec: &Value, path: &str, is_pod: bool, out: &mu
         }
     }
 
+    validate_host_users(spec, path, out);
+
     let rp = st(spec, "restartPolicy");
     if !rp.is_empty() && !["Always", "OnFailure", "Never"].contains(&rp) {
         out.push(Cause::not_supported(format!("{path}.restartPolicy"), rp, &["Always", "OnFailure", "Never"]));
@@ -317,6 +319,20 @@ fn validate_tolerations(tolerations: &[Value], path: &str, out: &mut Vec<Cause>)
     }
 }
 
+/// Kubernetes' `validateHostUsers`: a pod in its own user namespace (`hostUsers: false`) may not
+/// share the host's network, PID or IPC namespace (its field names as Kubernetes spells them).
+fn validate_host_users(spec: &Value, path: &str, out: &mut Vec<Cause>) {
+    if spec.get("hostUsers").and_then(Value::as_bool) != Some(false) {
+        return;
+    }
+    const DETAIL: &str = "when `pod.Spec.HostUsers` is false";
+    for (field, name) in [("hostNetwork", "hostNetwork"), ("hostPID", "HostPID"), ("hostIPC", "HostIPC")] {
+        if spec.get(field).and_then(Value::as_bool) == Some(true) {
+            out.push(Cause::forbidden(format!("{path}.{name}"), DETAIL));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -371,5 +387,26 @@ mod tests {
             fields(&causes),
             vec!["spec.tolerations[0].operator", "spec.tolerations[1].operator", "spec.tolerations[2].effect"]
         );
+    }
+    #[test]
+    fn host_users_false_forbids_every_host_namespace() {
+        let p = pod(json!({
+            "hostUsers": false, "hostNetwork": true, "hostPID": true, "hostIPC": true,
+            "containers": [{"name": "app", "image": "x"}]
+        }));
+        let causes = validate_create("Pod", &p);
+        assert_eq!(fields(&causes), vec!["spec.hostNetwork", "spec.HostPID", "spec.HostIPC"]);
+        assert_eq!(causes[0].message, "Forbidden: when `pod.Spec.HostUsers` is false");
+    }
+
+    #[test]
+    fn host_users_true_or_unset_may_share_host_namespaces() {
+        for host_users in [json!(true), json!(null)] {
+            let p = pod(json!({
+                "hostUsers": host_users, "hostNetwork": true, "hostPID": true,
+                "containers": [{"name": "app", "image": "x"}]
+            }));
+            assert_eq!(validate_create("Pod", &p), vec![]);
+        }
     }
 }

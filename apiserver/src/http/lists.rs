@@ -1,13 +1,14 @@
 //! GET on collections (served from the watch cache, with paging and Tables), single-object
 //! responses, and deletecollection.
 
+use super::collection::Collection;
 use super::errors::{ApiError, ApiResult};
 use super::table::{self, IncludeObject};
 use super::{json_response, Query, Shared};
 use crate::cache::CacheError;
 use crate::registry::DeleteOptions;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::body::Bytes;
+use axum::response::Response;
 use base64::Engine;
 use kaji_api::resources::ResourceInfo;
 use kaji_api::selector::{supported_fields, FieldSelector, LabelSelector};
@@ -84,23 +85,19 @@ pub async fn list(
         meta["remainingItemCount"] = res.remaining.into();
     }
     if let Some(tv) = table::table_version(accept) {
-        let objs: Vec<Value> = res.items.iter().map(|o| o.value()).collect();
-        let t = table::table(info.kind, tv, &objs, meta, IncludeObject::parse(q.get("includeObject")), true);
-        return Ok(json_response(200, &t));
+        let include = IncludeObject::parse(q.get("includeObject"));
+        return Ok(table::stream(info.kind, tv, res.items, meta, include).into_response());
     }
-    // Items are already JSON: splice them in without re-encoding.
+    Ok(Collection::items(list_head(info, meta), res.items).into_response())
+}
+
+/// `{"apiVersion":…,"kind":…,"metadata":…,"items":[`: the items follow as the cache holds them.
+fn list_head(info: &ResourceInfo, meta: Value) -> Bytes {
     let head = json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": meta}).to_string();
-    let mut body = Vec::with_capacity(res.items.iter().map(|o| o.json.len() + 1).sum::<usize>() + head.len() + 16);
-    body.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
-    body.extend_from_slice(b",\"items\":[");
-    for (i, o) in res.items.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(&o.json);
-    }
-    body.extend_from_slice(b"]}");
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    let mut out = Vec::with_capacity(head.len() + 10);
+    out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    out.extend_from_slice(b",\"items\":[");
+    out.into()
 }
 
 /// One object, as JSON or as a one-row Table.
@@ -141,4 +138,41 @@ pub async fn delete_collection(
     let list = json!({"kind": info.list_kind(), "apiVersion": info.api_version(),
                       "metadata": {"resourceVersion": s.cache.revision().to_string()}, "items": items});
     Ok(json_response(200, &list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CachedObject;
+    use crate::http::collection::tests::{cached, collect, pod};
+    use std::sync::Arc;
+
+    /// How a LIST body was built before it was streamed: one buffer, the items spliced in.
+    fn one_shot(info: &ResourceInfo, meta: Value, items: &[Arc<CachedObject>]) -> Vec<u8> {
+        let head = json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": meta}).to_string();
+        let mut body = Vec::new();
+        body.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+        body.extend_from_slice(b",\"items\":[");
+        for (i, o) in items.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(&o.json);
+        }
+        body.extend_from_slice(b"]}");
+        body
+    }
+
+    #[tokio::test]
+    async fn a_streamed_list_is_byte_identical_to_the_one_shot_encoding() {
+        let info = kaji_api::resources::lookup("", "v1", "pods").expect("pods");
+        let meta = json!({"resourceVersion": "42", "continue": "abc=", "remainingItemCount": 3});
+        for n in [0, 1, 5, 60] {
+            let items: Vec<_> = (0..n).map(|i| cached(pod(i, i % 7 * 400))).collect();
+            let (body, _, hint) = collect(Collection::items(list_head(info, meta.clone()), items.clone())).await;
+            let old = one_shot(info, meta.clone(), &items);
+            assert_eq!(String::from_utf8_lossy(&body), String::from_utf8_lossy(&old), "{n} items");
+            assert_eq!(hint, Some(old.len() as u64), "Content-Length of {n} items");
+        }
+    }
 }

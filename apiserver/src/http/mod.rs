@@ -1,5 +1,6 @@
 //! HTTP front: routes, request decoding, dispatch to the registry and the watch cache.
 
+mod collection;
 pub mod discovery;
 pub mod errors;
 pub mod exec;

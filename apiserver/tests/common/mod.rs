@@ -1,6 +1,8 @@
 //! Test helpers: run the real kaji-apiserver binary, talk raw HTTP, run kubectl against it.
 #![allow(dead_code)]
 
+pub mod secure;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

@@ -24,6 +24,9 @@ pub enum Command {
 
 #[derive(clap::Args, Debug)]
 pub struct CreateArgs {
+    /// The token to create, `<id>.<secret>` (`[a-z0-9]{6}.[a-z0-9]{16}`, as `kubeadm token create
+    /// [token]`); default: a random one.
+    pub token: Option<String>,
     /// How long the token lasts (e.g. 24h, 30m); 0 never expires.
     #[arg(long, default_value = "24h", value_parser = kaji_component::duration::parse_duration)]
     pub ttl: Duration,
@@ -42,9 +45,18 @@ pub async fn run(cl: &Cluster, command: Command) -> Result<()> {
             anyhow::bail!("--groups: {g:?} does not start with \"system:bootstrappers:\"");
         }
     }
-    let mut random = [0u8; 22];
-    kaji_pki::tls::provider().secure_random.fill(&mut random).map_err(|_| anyhow::anyhow!("no randomness"))?;
-    let (id, secret) = token_from(&random);
+    let (id, secret) = match &args.token {
+        Some(t) => {
+            anyhow::ensure!(crate::pki::valid_token(t), "token {t:?} is not of the form [a-z0-9]{{6}}.[a-z0-9]{{16}}");
+            let (id, secret) = t.split_once('.').expect("a valid token has a dot");
+            (id.to_string(), secret.to_string())
+        }
+        None => {
+            let mut random = [0u8; 22];
+            kaji_pki::tls::provider().secure_random.fill(&mut random).map_err(|_| anyhow::anyhow!("no randomness"))?;
+            token_from(&random)
+        }
+    };
     let expires = (!args.ttl.is_zero()).then(|| jiff::Timestamp::now() + args.ttl);
     let api: Api<Secret> = Api::namespaced(cl.client.clone(), "kube-system");
     api.create(&PostParams::default(), &token_secret(&id, &secret, expires, &args.description, &args.groups))

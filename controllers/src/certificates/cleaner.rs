@@ -75,21 +75,16 @@ pub async fn sweep(ctx: &Ctx) -> Result<(), kube::Error> {
 
 /// Sweeps every hour until `stop` resolves; a failed sweep is retried with back-off.
 pub async fn run(ctx: Arc<Ctx>, stop: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let mut stop = std::pin::pin!(stop);
-    let mut next = Duration::ZERO;
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(next) => {}
-        }
-        next = match sweep(&ctx).await {
+    let sweep = || async {
+        match sweep(&ctx).await {
             Ok(()) => PERIOD,
             Err(e) => {
                 tracing::warn!(controller = NAME, error = %e, "sweep failed; backing off");
                 crate::shared::backoff_delay(1).max(Duration::from_secs(5))
             }
-        };
-    }
+        }
+    };
+    crate::shared::every(sweep, stop).await;
 }
 
 #[cfg(test)]

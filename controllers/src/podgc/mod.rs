@@ -174,16 +174,11 @@ async fn force_delete(ctx: &Ctx, pod: &Pod, reason: Reason) -> Result<(), kube::
 
 /// Sweeps every period (sooner after a failure) until `stop` resolves.
 pub async fn run(ctx: Arc<Ctx>, stop: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let mut stop = std::pin::pin!(stop);
-    let mut next = Duration::ZERO;
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(next) => {}
-        }
-        next = match reconcile(ctx.clone()).await {
+    let sweep = || async {
+        match reconcile(ctx.clone()).await {
             Ok(()) => ctx.settings.period,
             Err(e) => error_policy(&e, ctx.clone()),
-        };
-    }
+        }
+    };
+    crate::shared::every(sweep, stop).await;
 }
