@@ -17,6 +17,7 @@ use super::topology::{Lab, BRIDGE_IP};
 use crate::cmd::token;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kaji_pki::kubeconfig::{Credentials, Kubeconfig};
 use kaji_pki::layout::{InitSpec, Layout};
 use kube::api::{Api, PostParams};
@@ -165,6 +166,21 @@ pub async fn join_token(lab: &Lab, client: &kube::Client) -> Result<()> {
     };
     kaji_pki::files::write_private(&lab.bootstrap_kubeconfig(), &kc.render())?;
     Ok(())
+}
+
+/// What `deploy/install.sh` binds beyond Kubernetes' defaults: kaji's controller manager runs
+/// every controller under its own user (no `--use-service-account-credentials` yet), so
+/// `system:kube-controller-manager` holds cluster-admin. (The lab's proxies use `proxy.conf`,
+/// `system:kube-proxy`, which the default policy binds to `system:node-proxier`.)
+pub async fn bindings(client: &kube::Client) -> Result<()> {
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kaji:controller-manager"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-controller-manager"}],
+    }))?;
+    super::demo::create_or_keep(Api::<ClusterRoleBinding>::all(client.clone()), binding)
+        .await
+        .context("binding the controller manager to cluster-admin")
 }
 
 /// A client with the lab's admin kubeconfig.

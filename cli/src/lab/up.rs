@@ -75,6 +75,8 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         step(&what, wait_apiservers(&client, lab.apiserver_ports().collect())).await?;
     }
     let kubeconfig = lab.kubeconfig();
+    let what = "binding the controller manager (system:kube-controller-manager) to cluster-admin, as install.sh";
+    step(what, security::bindings(&client)).await?;
     for c in lab.elected_names() {
         step(&format!("starting kaji-{c} in {}", lab.netns()), spawn(state, &c)).await?;
     }
@@ -273,7 +275,7 @@ pub fn ready(node: &Node) -> bool {
 
 async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
     let nodes = Api::<Node>::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let list = nodes.list(&ListParams::default()).await?;
         let ready = list.items.iter().filter(|n| ready(n)).count();
@@ -281,7 +283,7 @@ async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{ready} of {want} nodes Ready after 60s (see agent-<i>.log)");
+            bail!("{ready} of {want} nodes Ready after 120s (see agent-<i>.log)");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
