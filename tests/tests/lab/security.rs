@@ -6,10 +6,14 @@ use kaji_e2e::{Lab, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// kubectl with another identity's kubeconfig, through the lab's forwarder (the nodes' kubeconfigs
+/// name the apiserver on the lab bridge, which the host does not reach).
 fn kubectl_as(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> Output {
     Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .arg("--server")
+        .arg(format!("https://127.0.0.1:{}", lab.port))
         .arg("--cache-dir")
         .arg(lab.dir.join("kube-cache-security"))
         .args(args)
