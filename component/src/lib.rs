@@ -25,6 +25,25 @@ pub struct ApiArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
+/// Where a pod's projected ServiceAccount token, CA and namespace are.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// A config with the pod's ServiceAccount credentials in `dir` (the token file is re-read as it
+/// is refreshed), or with none when `dir` has no token; the server is set by the caller.
+fn in_pod_config(dir: &std::path::Path) -> anyhow::Result<kube::Config> {
+    let mut config = kube::Config::new("http://127.0.0.1".parse()?);
+    let token = dir.join("token");
+    if token.exists() {
+        config.auth_info.token_file = Some(token.to_string_lossy().into_owned());
+        let ca = dir.join("ca.crt");
+        if let Ok(pem) = std::fs::read_to_string(&ca) {
+            let certs = kaji_pki::cert::certs(&pem, "ca.crt").with_context(|| format!("reading {}", ca.display()))?;
+            config.root_cert = Some(certs.into_iter().map(|c| c.to_vec()).collect());
+        }
+    }
+    Ok(config)
+}
+
 impl ApiArgs {
     /// A kube-rs client for these flags that sends `user_agent` ("<binary>/<version>"): the
     /// apiserver records the writes of a client that names no fieldManager under the
@@ -42,7 +61,9 @@ impl ApiArgs {
                     kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
                 kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
             }
-            None if self.master.is_some() => kube::Config::new("http://127.0.0.1".parse()?),
+            // In a pod, as client-go's BuildConfigFromFlags: the pod's ServiceAccount token and CA
+            // with the given server (kaji-dns in the lab, where pods get no service variables).
+            None if self.master.is_some() => in_pod_config(std::path::Path::new(SERVICE_ACCOUNT_DIR))?,
             None => kube::Config::infer().await.context("no kubeconfig or in-cluster config; pass --master")?,
         };
         if let Some(master) = &self.master {

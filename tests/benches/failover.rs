@@ -16,6 +16,7 @@
 //! `cargo build --release --bins && cargo bench -p kaji-e2e --bench failover -- --rounds 3`
 //! Options: `--rounds N` (3), `--writers W` (8). Needs root and what `kaji lab up` needs.
 
+use kaji_e2e::api::Api;
 use kaji_e2e::ha::{etcd_leader, http, leader_instance};
 use kaji_e2e::{wait_for, Lab, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,7 +43,7 @@ struct Writers {
 }
 
 impl Writers {
-    fn start(port: u16, n: usize, tag: &str) -> Writers {
+    fn start(api: &Api, n: usize, tag: &str) -> Writers {
         let start = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
@@ -50,11 +51,12 @@ impl Writers {
         let threads = (0..n)
             .map(|w| {
                 let (stop, acked, failed, tag) = (stop.clone(), acked.clone(), failed.clone(), tag.to_string());
+                let api = api.clone();
                 std::thread::spawn(move || {
                     let mut i = 0;
                     while !stop.load(Ordering::SeqCst) {
                         let body = format!("{{\"metadata\":{{\"name\":\"{tag}-{w}-{i}\"}}}}");
-                        if http(port, "POST", "/api/v1/namespaces/default/configmaps", &body).0 == 201 {
+                        if http(&api, "POST", "/api/v1/namespaces/default/configmaps", &body).0 == 201 {
                             acked.lock().expect("lock").push(start.elapsed());
                         } else {
                             failed.fetch_add(1, Ordering::SeqCst);
@@ -87,9 +89,9 @@ impl Writers {
 }
 
 /// The Lease's holder, read through the forwarder (cheaper than kubectl at 10 polls a second).
-fn holder(port: u16, lease: &str) -> String {
+fn holder(api: &Api, lease: &str) -> String {
     let (code, body) =
-        http(port, "GET", &format!("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{lease}"), "");
+        http(api, "GET", &format!("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{lease}"), "");
     if code != 200 {
         return String::new();
     }
@@ -135,7 +137,7 @@ fn main() {
     let rounds = arg("--rounds", 3).max(1);
     let writers = arg("--writers", 8).max(1);
     let mut lab = Lab::up_with(1, &["--ha", "--no-demo"]);
-    let port = lab.port;
+    let api = lab.api();
     let mut rows: Vec<(&str, Vec<Duration>)> = vec![
         ("apiserver loss: longest time without an acknowledged write", vec![]),
         ("etcd leader loss: longest time without an acknowledged write", vec![]),
@@ -147,7 +149,7 @@ fn main() {
         // 1. The apiserver the forwarder uses: it starts with apiserver-1 and stays on the one it
         //    moved to, so round r kills apiserver-r (mod 3).
         let apiserver = format!("apiserver-{}", (round - 1) % 3 + 1);
-        let w = Writers::start(port, writers, &format!("a{round}"));
+        let w = Writers::start(&api, writers, &format!("a{round}"));
         wait_writes(&w, 20, "writes before the apiserver is killed");
         let kill = w.start.elapsed();
         lab.kill9(&apiserver);
@@ -159,7 +161,7 @@ fn main() {
 
         // 3. The etcd leader.
         let leader_no = wait_for("an etcd leader", Duration::from_secs(60), || etcd_leader(&lab));
-        let w = Writers::start(port, writers, &format!("e{round}"));
+        let w = Writers::start(&api, writers, &format!("e{round}"));
         wait_writes(&w, 20, "writes before the etcd leader is killed");
         let kill = w.start.elapsed();
         lab.kill9(&format!("etcd-{leader_no}"));
@@ -198,7 +200,7 @@ fn main() {
             let killed = Instant::now();
             lab.kill9(&name);
             loop {
-                let h = holder(port, lease);
+                let h = holder(&api, lease);
                 if !h.is_empty() && h != old {
                     break;
                 }

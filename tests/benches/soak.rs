@@ -14,6 +14,7 @@
 //! write the report there). Issue 16's churn: the scale goes through kubectl, the ConfigMap patches
 //! (too many for a kubectl process each) as merge patches over HTTP to the lab's API port. Needs root and what `kaji lab up` needs, as the end-to-end tests do.
 
+use kaji_e2e::api::Api;
 use kaji_e2e::{json, kaji_binary, parse_metric, wait_for, Lab};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -167,27 +168,16 @@ fn set_up_churn(lab: &Lab, replicas: u32) {
     );
 }
 
-/// One ConfigMap merge patch over HTTP/1.1 to the lab's API (127.0.0.1:port, the forwarder), as a
-/// client with its own connection sends it; Err with the status line or the I/O error.
-fn patch_configmap(port: u16, name: &str, tick: u64) -> Result<(), String> {
-    use std::io::{Read, Write};
+/// One ConfigMap merge patch over HTTP/1.1 to the lab's API (127.0.0.1:port, the forwarder), over
+/// TLS as the lab's admin, as a client with its own connection sends it; Err with the status or
+/// the I/O error.
+fn patch_configmap(api: &Api, name: &str, tick: u64) -> Result<(), String> {
     let body = json!({"data": {"tick": tick.to_string()}}).to_string();
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    c.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    write!(
-        c,
-        "PATCH /api/v1/namespaces/{NS}/configmaps/{name}?fieldManager=soak HTTP/1.1\r\nHost: 127.0.0.1\r\n\
-         Content-Type: application/merge-patch+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    c.read_to_string(&mut answer).map_err(|e| e.to_string())?;
-    let status = answer.lines().next().unwrap_or_default();
-    if status.contains(" 200 ") {
-        Ok(())
-    } else {
-        Err(status.to_string())
+    let path = format!("/api/v1/namespaces/{NS}/configmaps/{name}?fieldManager=soak");
+    match api.http("PATCH", &path, "application/merge-patch+json", &body) {
+        (200, _) => Ok(()),
+        (0, _) => Err("no answer".into()),
+        (code, body) => Err(format!("{code}: {body}")),
     }
 }
 
@@ -388,6 +378,7 @@ fn main() {
         }
     });
     set_up_churn(&lab, o.replicas);
+    let api = lab.api();
     let procs = components(&lab);
     eprintln!("sampling {} components every minute: {:?}", procs.len(), procs.iter().map(|p| &p.0).collect::<Vec<_>>());
     let start = Instant::now();
@@ -406,7 +397,7 @@ fn main() {
             if churn && Instant::now() >= next {
                 tick += 1;
                 let name = format!("soak-{}", tick as usize % CONFIGMAPS);
-                if let Err(e) = patch_configmap(lab.port, &name, tick) {
+                if let Err(e) = patch_configmap(&api, &name, tick) {
                     errors += 1;
                     if !std::mem::replace(&mut reported, true) {
                         eprintln!("churn write failed (counted; later failures are only counted): PATCH {name}: {e}");

@@ -1,26 +1,13 @@
-//! Helpers for the high-availability lab (`kaji lab up --ha`): raw HTTP through the forwarder,
+//! Helpers for the high-availability lab (`kaji lab up --ha`): raw HTTPS through the forwarder,
 //! who leads etcd, who holds a leader-election Lease. Shared by tests/ha.rs and the failover bench.
 
+use crate::api::Api;
 use crate::{Lab, Value};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
-/// One HTTP/1.1 request through the lab's forwarder; (status, body). 0 = no answer.
-pub fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, String::new()) };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if s.write_all(req.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+/// One HTTP/1.1 request (JSON body) through the lab's forwarder, over TLS as the admin;
+/// (status, body). 0 = no answer.
+pub fn http(api: &Api, method: &str, path: &str, body: &str) -> (u16, String) {
+    api.http(method, path, "application/json", body)
 }
 
 /// The index (1-based) of the etcd member that leads now, asked inside the lab namespace.

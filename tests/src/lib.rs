@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 pub use serde_json::{json, Value};
 
+pub mod api;
 pub mod ha;
 
 /// A running lab in a temp dir; `kaji lab down --purge` runs on drop if the test did not.
@@ -104,6 +105,11 @@ impl Lab {
 
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
+    }
+
+    /// Raw HTTPS to the API as the lab's admin.
+    pub fn api(&self) -> api::Api {
+        api::Api::from_kubeconfig(&self.kubeconfig(), self.port)
     }
 
     /// `kaji --kubeconfig <lab>` (the everyday CLI), not yet run.

@@ -2,11 +2,11 @@
 //! controller managers): kill -9 parts of the control plane and check what a user would notice.
 //! Failover *times* are benchmarks (docs/benchmarks.md); these tests assert that it happens.
 
+use kaji_e2e::api::Api;
 use kaji_e2e::ha::{etcd_leader, holder, http, leader_instance};
 use kaji_e2e::{wait_for, Lab, Value};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 const WRITERS: usize = 16;
 
 /// Follow a watch on ConfigMaps from `rv`; every object name of an ADDED event, in order.
-fn watch_added(port: u16, rv: &str, seen: Arc<Mutex<Vec<String>>>) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("watch connects");
+fn watch_added(api: &Api, rv: &str, seen: Arc<Mutex<Vec<String>>>) {
+    let mut s = api.connect().expect("watch connects");
+    // The watch is quiet while etcd elects: do not give up on it.
+    let _ = s.sock.set_read_timeout(None);
     let req = format!(
         "GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=600 HTTP/1.1\r\nHost: x\r\n\r\n"
     );
@@ -34,8 +36,8 @@ fn watch_added(port: u16, rv: &str, seen: Arc<Mutex<Vec<String>>>) {
 #[test]
 fn killing_the_etcd_leader_loses_no_acknowledged_write_and_no_watch_event() {
     let lab = Lab::up_with(1, &["--ha", "--no-demo"]);
-    let port = lab.port;
-    let (code, list) = http(port, "GET", "/api/v1/namespaces/default/configmaps", "");
+    let api = lab.api();
+    let (code, list) = http(&api, "GET", "/api/v1/namespaces/default/configmaps", "");
     assert_eq!(code, 200, "{list}");
     let rv = serde_json::from_str::<Value>(&list).expect("json")["metadata"]["resourceVersion"]
         .as_str()
@@ -43,19 +45,20 @@ fn killing_the_etcd_leader_loses_no_acknowledged_write_and_no_watch_event() {
         .to_string();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
-    std::thread::spawn(move || watch_added(port, &rv, s2));
+    let watch_api = api.clone();
+    std::thread::spawn(move || watch_added(&watch_api, &rv, s2));
 
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
-            let (stop, acked) = (stop.clone(), acked.clone());
+            let (stop, acked, api) = (stop.clone(), acked.clone(), api.clone());
             std::thread::spawn(move || {
                 let mut i = 0;
                 while !stop.load(Ordering::SeqCst) {
                     let name = format!("c-{w}-{i}");
                     let body = format!("{{\"metadata\":{{\"name\":\"{name}\"}},\"data\":{{\"w\":\"{w}\"}}}}");
-                    if http(port, "POST", "/api/v1/namespaces/default/configmaps", &body).0 == 201 {
+                    if http(&api, "POST", "/api/v1/namespaces/default/configmaps", &body).0 == 201 {
                         acked.lock().expect("lock").insert(name);
                     }
                     i += 1;

@@ -2,6 +2,9 @@
 //! order, then `kaji lab down` and proof that nothing is left. Needs root; fails when a
 //! requirement is missing.
 
+#[path = "lab/security.rs"]
+mod security;
+
 use kaji_e2e::{host_network_snapshot, json, wait_for, Lab, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -21,6 +24,9 @@ fn three_node_lab() {
     nodes_are_ready_with_their_own_address_and_pod_cidr(&lab);
     demo_runs_one_pod_per_node_and_kubectl_reads_it(&lab);
     status_lists_every_component_and_a_second_up_is_refused(&lab);
+    security::strangers_get_401_and_kubectl_is_the_admin(&lab);
+    security::nodes_joined_with_the_token_through_approved_csrs(&lab, NODES);
+    security::a_nodes_certificate_cannot_change_another_node(&lab);
 
     // `kubectl create namespace` sends a protobuf body.
     lab.kubectl(&["create", "namespace", NS]);
@@ -59,6 +65,8 @@ fn up_reports_each_step(lab: &Lab) {
     for want in [
         format!("creating network namespace kaji-lab-{} (bridge br0 172.30.0.1/24) ... done", lab.port),
         format!("creating network namespace kaji-lab-{}-node-3 (eth0 172.30.0.13/24) ... done", lab.port),
+        "making the lab's certificates (CA, apiserver, control plane, node serving pairs) ... done".into(),
+        "creating the nodes' bootstrap token (kube-system Secret, 24h) and bootstrap kubeconfig ... done".into(),
         format!("starting kaji-apiserver in kaji-lab-{} (172.30.0.1:{}, embedded store) ... done", lab.port, lab.port),
         format!("starting the API forwarder (127.0.0.1:{} to kaji-lab-{}) ... done", lab.port, lab.port),
         "starting kaji-controller-manager in".into(),
@@ -67,7 +75,7 @@ fn up_reports_each_step(lab: &Lab) {
             "starting node kaji-lab-node-2 (kaji-agent, kaji-proxy in kaji-lab-{}-node-2, 172.30.0.12) ... done",
             lab.port
         ),
-        "waiting for 3 node(s) to be Ready ... done".into(),
+        "waiting for 3 node(s) to be Ready (each joins with the token) ... done".into(),
         "starting docker-registry in".into(),
         "pushing it to the registry as 172.30.0.1:5000/kaji/busybox:lab ... done".into(),
         "waiting for the demo pods, one per node ... done".into(),
@@ -164,7 +172,7 @@ fn status_lists_every_component_and_a_second_up_is_refused(lab: &Lab) {
         let line = status.lines().find(|l| l.split_whitespace().next() == Some(c.as_str()));
         assert!(line.is_some_and(|l| l.contains("running (pid")), "{c} not running:\n{status}");
     }
-    assert!(status.contains(&format!("API http://127.0.0.1:{}: ready", lab.port)), "{status}");
+    assert!(status.contains(&format!("API https://127.0.0.1:{}: ready", lab.port)), "{status}");
     for i in 1..=NODES {
         assert!(status.contains(&format!("node {}", Lab::node_name(i))) && status.contains("Ready"), "{status}");
     }
@@ -233,8 +241,8 @@ fn pods_reach_each_other_across_nodes_by_pod_ip(lab: &Lab, servers: &[Value], wh
 }
 
 fn a_pod_reaches_another_nodes_ip(lab: &Lab) {
-    // Node 2's agent serves /healthz on its node IP (inside node 2's namespace).
-    let (logs, _) = fetch_from(lab, "client-node-ip", 1, &format!("http://{}:10250/healthz", Lab::node_ip(2)));
+    // Node 2's agent serves its plain /healthz port on its node IP (inside node 2's namespace).
+    let (logs, _) = fetch_from(lab, "client-node-ip", 1, &format!("http://{}:10248/healthz", Lab::node_ip(2)));
     assert_eq!(logs.trim(), "ok");
 }
 

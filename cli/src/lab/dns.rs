@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn the_objects_are_what_kubeadm_creates_for_coredns_and_valid() {
-        let objects = objects("http://172.30.0.1:7001");
+        let objects = objects("https://172.30.0.1:7001");
         let svc: Service = serde_json::from_value(objects[3].clone()).expect("a valid Service");
         let spec = svc.spec.expect("spec");
         assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.10"));
@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(pod.service_account_name.as_deref(), Some("kaji-dns"));
         let c = &pod.containers[0];
         assert_eq!(c.image.as_deref(), Some("172.30.0.1:5000/kaji/dns:lab"));
-        assert!(c.args.iter().flatten().any(|a| a == "http://172.30.0.1:7001"));
+        assert!(c.args.iter().flatten().any(|a| a == "https://172.30.0.1:7001"));
         assert_eq!(
             c.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref()).map(|g| g.path.as_deref()),
             Some(Some("/readyz"))

@@ -38,6 +38,7 @@ mod node;
 mod oci;
 mod procs;
 mod registry;
+mod security;
 mod status;
 mod topology;
 mod up;

@@ -3,7 +3,7 @@
 //! `lab.json` so `status`, `logs`, `restart` and `down` know it.
 
 use super::topology::{Lab, PREFIX_LEN};
-use super::{image, net, procs, step, up, State};
+use super::{image, net, procs, security, step, up, State};
 use anyhow::{bail, Result};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -38,6 +38,12 @@ pub async fn add(mut state: State) -> Result<()> {
     let lab = &state.lab;
     let what = format!("creating network namespace {} (eth0 {}/{PREFIX_LEN})", lab.node_netns(i), Lab::node_ip(i));
     step(&what, async { net::run_plan(&lab.node_net_plan(i)) }).await?;
+    let client = security::client(lab).await?;
+    step("issuing its serving certificate and a new bootstrap token", async {
+        security::serving_pair(lab, &lab.pki().load_ca()?, i)?;
+        security::join_token(lab, &client).await
+    })
+    .await?;
     let rootfs = lab.dir.join(format!("demo-rootfs-{i}"));
     step(&format!("building the demo image from {}", image::BUSYBOX), async { image::busybox_rootfs(&rootfs) }).await?;
     let name = Lab::node_name(i);
@@ -50,7 +56,6 @@ pub async fn add(mut state: State) -> Result<()> {
     .await;
     let _ = std::fs::remove_dir_all(&rootfs);
     started?;
-    let client = up::client(&lab.server())?;
     step(&format!("waiting for {name} to be Ready"), wait_ready(&client, &name, Duration::from_secs(60))).await?;
     println!("node {name} added: the lab has {i} nodes (`kaji lab logs agent-{i}`, `kaji lab restart proxy-{i}`)");
     Ok(())

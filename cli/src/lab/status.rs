@@ -36,7 +36,7 @@ pub async fn status(state: &State) -> Result<()> {
             }
         }
     }
-    let client = up::client(&lab.server())?;
+    let client = super::security::client(lab).await?;
     let api = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version()).await;
     let api_ready = matches!(api, Ok(Ok(_)));
     writeln!(out, "API {}: {}", lab.server(), if api_ready { "ready" } else { "not answering" })?;

@@ -1,6 +1,7 @@
 //! The lab's shape, decided before anything runs (pure): namespace names, addresses, the `ip`
 //! commands that build the network, and every component's binary, namespace and flags.
 
+use super::security;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -94,17 +95,17 @@ impl Lab {
 
     /// What the user's kubectl uses: the forwarder on the host's loopback.
     pub fn server(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("https://127.0.0.1:{}", self.port)
     }
 
     /// What the nodes use: the apiserver(s) on the lab bridge (comma-separated with --ha).
-    fn bridge_server(&self) -> String {
-        self.apiserver_ports().map(|p| format!("http://{BRIDGE_IP}:{p}")).collect::<Vec<_>>().join(",")
+    pub fn bridge_server(&self) -> String {
+        self.apiserver_ports().map(|p| format!("https://{BRIDGE_IP}:{p}")).collect::<Vec<_>>().join(",")
     }
 
     /// What the control plane in the lab namespace uses.
     fn local_servers(&self) -> String {
-        self.apiserver_ports().map(|p| format!("http://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+        self.apiserver_ports().map(|p| format!("https://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
     }
 
     /// The resolv.conf every node reads as the host's (`--resolv-conf`): the lab's resolver.
@@ -116,8 +117,8 @@ impl Lab {
         format!("search {UPSTREAM_DOMAIN}\nnameserver {BRIDGE_IP}\n")
     }
 
-    /// What pods in the cluster use to reach the apiserver(s) directly (the lab's apiservers
-    /// serve plain HTTP on the bridge).
+    /// What pods in the cluster use to reach the apiserver(s) directly, with their
+    /// ServiceAccount token and the CA of their projected volume.
     pub fn pod_server(&self) -> String {
         self.bridge_server()
     }
@@ -207,16 +208,8 @@ impl Lab {
 
     fn apiserver(&self, i: u8, port: u16) -> Component {
         let name = if self.ha { format!("apiserver-{i}") } else { "apiserver".into() };
-        let mut args = argv(&[
-            "--insecure-bind-address",
-            "0.0.0.0",
-            "--insecure-port",
-            &port.to_string(),
-            "--authorization-mode",
-            "Node,RBAC",
-            "--enable-admission-plugins",
-            "NodeRestriction",
-        ]);
+        let mut args = argv(&["--bind-address", "0.0.0.0", "--secure-port", &port.to_string()]);
+        args.extend(security::apiserver_args(self));
         if self.ha {
             args.extend(argv(&[
                 "--data-dir",
@@ -225,9 +218,6 @@ impl Lab {
                 "etcd",
                 "--etcd-servers",
                 &Lab::etcd_servers(),
-                // The nodes reach every apiserver on the bridge; so do pods (kubernetes Service).
-                "--advertise-address",
-                BRIDGE_IP,
             ]));
         } else {
             args.extend(argv(&["--data-dir", &self.dir.join("apiserver-data").to_string_lossy()]));
@@ -334,7 +324,8 @@ impl Lab {
             }
         };
         for (suffix, offset) in &instances {
-            let mut args = argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]);
+            let mut args = security::controller_manager_args(self);
+            args.extend(argv(&["--master", &local, "--allocate-node-cidrs", "true", "--cluster-cidr", CLUSTER_CIDR]));
             // The lab's nodes share one disk: each keeps its local-path volumes in its own directory.
             let volumes = self.dir.join("local-path").join("{node}");
             args.extend(argv(&[
@@ -352,7 +343,8 @@ impl Lab {
             });
         }
         for (suffix, offset) in &instances {
-            let mut args = argv(&["--master", &local]);
+            let scheduler = self.pki().kubeconfig("scheduler");
+            let mut args = argv(&["--kubeconfig", &scheduler.to_string_lossy(), "--master", &local]);
             args.extend(elected(SCHEDULER_PORT, *offset));
             all.push(Component {
                 name: format!("scheduler{suffix}"),
@@ -370,6 +362,8 @@ impl Lab {
                 binary: "kaji-proxy".into(),
                 netns: Some(self.node_netns(i)),
                 args: argv(&[
+                    "--kubeconfig",
+                    &self.pki().kubeconfig("proxy").to_string_lossy(),
                     "--master",
                     &self.bridge_server(),
                     "--hostname-override",
@@ -383,46 +377,47 @@ impl Lab {
     }
 
     fn agent(&self, i: u8) -> Component {
-        Component {
-            name: format!("agent-{i}"),
-            binary: "kaji-agent".into(),
-            netns: Some(self.node_netns(i)),
-            args: argv(&[
-                "--master",
-                &self.bridge_server(),
-                "--node-name",
-                &Lab::node_name(i),
-                "--node-ip",
-                &Lab::node_ip(i),
-                "--root-dir",
-                &self.node_dir(i).to_string_lossy(),
-                "--cgroup-parent",
-                &self.cgroup_parent(i),
-                // Each lab node its own cgroup parent, even on a systemd host (whose driver would
-                // put every node's pods in one scope).
-                "--cgroup-driver",
-                "cgroupfs",
-                // kaji0 + a veth per pod, routes to the other nodes' pod CIDRs via their eth0.
-                "--pod-network",
-                "bridge",
-                "--cluster-cidr",
-                CLUSTER_CIDR,
-                "--insecure-registry",
-                REGISTRY,
-                // As kind does: a lab shares the developer's disk, so a nearly full disk must
-                // not taint its nodes.
-                "--eviction-hard",
-                "nodefs.available<0%",
-                // As kubeadm configures kubelet; the node's resolver is the lab's, so nothing a
-                // pod asks leaves the lab's namespaces.
-                "--cluster-dns",
-                CLUSTER_DNS,
-                "--cluster-domain",
-                CLUSTER_DOMAIN,
-                "--resolv-conf",
-                &self.resolv_conf().to_string_lossy(),
-            ]),
-        }
+        let mut args = security::agent_args(self, i);
+        args.extend(argv(&[
+            "--master",
+            &self.bridge_server(),
+            // Its plain /healthz on the node's address (the end-to-end suite reaches it from
+            // pods on other nodes); :10250 is HTTPS for the apiserver only.
+            "--healthz-bind-address",
+            "0.0.0.0",
+            "--node-name",
+            &Lab::node_name(i),
+            "--node-ip",
+            &Lab::node_ip(i),
+            "--root-dir",
+            &self.node_dir(i).to_string_lossy(),
+            "--cgroup-parent",
+            &self.cgroup_parent(i),
+            // Each lab node its own cgroup parent, even on a systemd host (whose driver would
+            // put every node's pods in one scope).
+            "--cgroup-driver",
+            "cgroupfs",
+            // kaji0 + a veth per pod, routes to the other nodes' pod CIDRs via their eth0.
+            "--pod-network",
+            "bridge",
+            "--cluster-cidr",
+            CLUSTER_CIDR,
+            "--insecure-registry",
+            REGISTRY,
+            // As kind does: a lab shares the developer's disk, so a nearly full disk must
+            // not taint its nodes.
+            "--eviction-hard",
+            "nodefs.available<0%",
+            // As kubeadm configures kubelet; the node's resolver is the lab's, so nothing a
+            // pod asks leaves the lab's namespaces.
+            "--cluster-dns",
+            CLUSTER_DNS,
+            "--cluster-domain",
+            CLUSTER_DOMAIN,
+            "--resolv-conf",
+            &self.resolv_conf().to_string_lossy(),
+        ]));
+        Component { name: format!("agent-{i}"), binary: "kaji-agent".into(), netns: Some(self.node_netns(i)), args }
     }
 
     /// `kaji-agent cleanup` for node `i` (run inside the node's namespace, the agent stopped).
@@ -473,7 +468,7 @@ mod tests {
             ]
         );
         let args = |n: &str| all.iter().find(|c| c.name == n).map(|c| c.args.join(" ")).unwrap_or_default();
-        assert!(args("apiserver-3").contains("--insecure-port 7003"), "{}", args("apiserver-3"));
+        assert!(args("apiserver-3").contains("--secure-port 7003"), "{}", args("apiserver-3"));
         assert!(args("apiserver-1").contains(
             "--storage etcd --etcd-servers http://127.0.0.1:2379,http://127.0.0.1:2389,http://127.0.0.1:2399"
         ));
@@ -488,9 +483,8 @@ mod tests {
             })
             .collect();
         assert_eq!(ports, ["10257", "10267", "10259", "10269"]);
-        assert!(
-            args("agent-1").contains("--master http://172.30.0.1:7001,http://172.30.0.1:7002,http://172.30.0.1:7003")
-        );
+        assert!(args("agent-1")
+            .contains("--master https://172.30.0.1:7001,https://172.30.0.1:7002,https://172.30.0.1:7003"));
         assert_eq!(l.apiserver_names(), ["apiserver-1", "apiserver-2", "apiserver-3"]);
     }
 
@@ -554,7 +548,11 @@ mod tests {
         assert_eq!(ns("proxy-1").as_deref(), Some("kaji-lab-7001-node-1"));
         let agent = all.iter().find(|c| c.name == "agent-2").map(|c| c.args.join(" ")).unwrap_or_default();
         for want in [
-            "--master http://172.30.0.1:7001",
+            "--bootstrap-kubeconfig /tmp/l/bootstrap-kubelet.conf --kubeconfig /tmp/l/nodes/kaji-lab-node-2/kubelet.conf",
+            "--cert-dir /tmp/l/nodes/kaji-lab-node-2/pki",
+            "--tls-cert-file /tmp/l/nodes/kaji-lab-node-2/kubelet.crt",
+            "--client-ca-file /tmp/l/pki/ca.crt",
+            "--master https://172.30.0.1:7001",
             "--node-ip 172.30.0.12",
             "--root-dir /tmp/l/node-2",
             "--cgroup-parent kaji-lab-7001-node-2 --cgroup-driver cgroupfs",
@@ -573,5 +571,28 @@ mod tests {
         assert_eq!(Lab::resolv_conf_text(), "search kaji.lab\nnameserver 172.30.0.1\n");
         let cm = all.iter().find(|c| c.name == "controller-manager").map(|c| c.args.join(" ")).unwrap_or_default();
         assert!(cm.contains("--allocate-node-cidrs true --cluster-cidr 10.244.0.0/16"), "{cm}");
+        for want in [
+            "--kubeconfig /tmp/l/controller-manager.conf",
+            "--cluster-signing-cert-file /tmp/l/pki/ca.crt --cluster-signing-key-file /tmp/l/pki/ca.key",
+            "--master https://127.0.0.1:7001",
+        ] {
+            assert!(cm.contains(want), "{cm} lacks {want}");
+        }
+        let args = |n: &str| all.iter().find(|c| c.name == n).map(|c| c.args.join(" ")).unwrap_or_default();
+        assert!(args("scheduler").starts_with("--kubeconfig /tmp/l/scheduler.conf"), "{}", args("scheduler"));
+        assert!(args("proxy-1").starts_with("--kubeconfig /tmp/l/proxy.conf"), "{}", args("proxy-1"));
+        let api = args("apiserver");
+        for want in [
+            "--secure-port 7001",
+            "--tls-cert-file /tmp/l/pki/apiserver.crt",
+            "--client-ca-file /tmp/l/pki/ca.crt",
+            "--kubelet-client-certificate /tmp/l/pki/apiserver-kubelet-client.crt",
+            "--service-account-signing-key-file /tmp/l/pki/sa.key",
+            "--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,ServiceAccount",
+            "--enable-bootstrap-token-auth",
+        ] {
+            assert!(api.contains(want), "{api} lacks {want}");
+        }
+        assert!(!api.contains("insecure"), "the lab serves HTTPS only: {api}");
     }
 }

@@ -2,7 +2,7 @@
 //! nodes, demo — one progress line per step.
 
 use super::topology::{self, Lab, BRIDGE, BRIDGE_IP, PREFIX_LEN, REGISTRY, UPSTREAM_DOMAIN};
-use super::{demo, deps, dns, image, net, procs, registry, step, State};
+use super::{demo, deps, dns, image, net, procs, registry, security, step, State};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{Endpoints, Node};
 use kube::api::{Api, ListParams};
@@ -36,6 +36,8 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         let what = format!("creating network namespace {} (eth0 {}/{PREFIX_LEN})", lab.node_netns(i), Lab::node_ip(i));
         step(&what, async { net::run_plan(&lab.node_net_plan(i)) }).await?;
     }
+    let what = "making the lab's certificates (CA, apiserver, control plane, node serving pairs)";
+    step(what, async { security::certificates(lab) }).await?;
     if lab.ha {
         for i in 1..=topology::ETCD_MEMBERS {
             let (name, client, _) = Lab::etcd_member(i);
@@ -64,7 +66,7 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         spawn(state, "dns-upstream").await
     })
     .await?;
-    let client = client(&lab.server())?;
+    let client = security::client(lab).await?;
     // On etcd the apiservers answer once the members have elected a leader: give it longer.
     let api_timeout = Duration::from_secs(if lab.ha { 90 } else { 30 });
     step("waiting for the API", wait_ready(&client, api_timeout)).await?;
@@ -72,11 +74,9 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         let what = format!("waiting for the {} apiservers to join the kubernetes Endpoints", topology::HA_APISERVERS);
         step(&what, wait_apiservers(&client, lab.apiserver_ports().collect())).await?;
     }
-    let kubeconfig = lab.dir.join("kubeconfig");
-    step("writing kubeconfig", async {
-        std::fs::write(&kubeconfig, kubeconfig_text(&lab.server())).context("cannot write kubeconfig")
-    })
-    .await?;
+    let kubeconfig = lab.kubeconfig();
+    let what = "binding the controller manager (system:kube-controller-manager) to cluster-admin, as install.sh";
+    step(what, security::bindings(&client)).await?;
     for c in lab.elected_names() {
         step(&format!("starting kaji-{c} in {}", lab.netns()), spawn(state, &c)).await?;
     }
@@ -84,6 +84,8 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
     step(&format!("building the demo image from {}", image::BUSYBOX), async { image::busybox_rootfs(&rootfs) }).await?;
     let what = format!("pushing it to the registry as {REGISTRY}/{}", registry::SEED);
     step(&what, registry::seed(lab, &rootfs)).await?;
+    let what = "creating the nodes' bootstrap token (kube-system Secret, 24h) and bootstrap kubeconfig";
+    step(what, security::join_token(lab, &client)).await?;
     for i in lab.node_ids() {
         let what = format!(
             "starting node {} (kaji-agent, kaji-proxy in {}, {})",
@@ -99,7 +101,11 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         .await?;
     }
     let _ = std::fs::remove_dir_all(&rootfs);
-    step(&format!("waiting for {} node(s) to be Ready", lab.nodes), wait_nodes(&client, lab.nodes)).await?;
+    step(
+        &format!("waiting for {} node(s) to be Ready (each joins with the token)", lab.nodes),
+        wait_nodes(&client, lab.nodes),
+    )
+    .await?;
     let what = format!("building the kaji-dns image and pushing it to the registry as {REGISTRY}/{}", dns::IMAGE);
     step(&what, async { registry::publish(lab, dns::image(&lab.dir.join("dns-rootfs"))?, dns::IMAGE).await }).await?;
     step(&dns::describe(), dns::apply(&client, &lab.pod_server())).await?;
@@ -117,7 +123,7 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
     let dir_flag =
         if lab.dir == std::path::Path::new(super::DEFAULT_DIR) { String::new() } else { format!(" --dir {dir}") };
     println!(
-        "\nkaji lab is up: {} node(s), API {} (forwarded into {}); files in {dir}",
+        "\nkaji lab is up: {} node(s), API {} (TLS, RBAC; forwarded into {}); files in {dir}",
         lab.nodes,
         lab.server(),
         lab.netns()
@@ -217,17 +223,6 @@ pub fn restart(state: &State, name: &str) -> Result<()> {
     }
 }
 
-pub fn kubeconfig_text(server: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {server}\n  name: kaji-lab\ncontexts:\n- context:\n    cluster: kaji-lab\n    user: admin\n  name: kaji-lab\ncurrent-context: kaji-lab\nusers:\n- name: admin\n  user: {{}}\n"
-    )
-}
-
-pub fn client(server: &str) -> Result<kube::Client> {
-    let config = kube::Config::new(server.parse().context("bad server URL")?);
-    kube::Client::try_from(config).context("cannot build a client")
-}
-
 async fn wait_ready(client: &kube::Client, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -280,7 +275,7 @@ pub fn ready(node: &Node) -> bool {
 
 async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
     let nodes = Api::<Node>::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let list = nodes.list(&ListParams::default()).await?;
         let ready = list.items.iter().filter(|n| ready(n)).count();
@@ -288,7 +283,7 @@ async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{ready} of {want} nodes Ready after 60s (see agent-<i>.log)");
+            bail!("{ready} of {want} nodes Ready after 120s (see agent-<i>.log)");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

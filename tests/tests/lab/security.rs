@@ -1,0 +1,122 @@
+//! What a user notices of the lab's TLS + RBAC: strangers get 401, kubectl is the admin, every
+//! node joined with the bootstrap token through an approved CSR and speaks as
+//! `system:node:<name>`, and one node's certificate cannot change another node.
+
+use kaji_e2e::{Lab, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// kubectl with another identity's kubeconfig, through the lab's forwarder (the nodes' kubeconfigs
+/// name the apiserver on the lab bridge, which the host does not reach).
+fn kubectl_as(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--server")
+        .arg(format!("https://127.0.0.1:{}", lab.port))
+        .arg("--cache-dir")
+        .arg(lab.dir.join("kube-cache-security"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("kubectl runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn node_kubeconfig(lab: &Lab, i: u8) -> PathBuf {
+    lab.dir.join("nodes").join(Lab::node_name(i)).join("kubelet.conf")
+}
+
+pub fn strangers_get_401_and_kubectl_is_the_admin(lab: &Lab) {
+    let anonymous = lab.api().without_identity();
+    let (code, body) = anonymous.http("GET", "/api/v1/namespaces/default/pods", "application/json", "");
+    assert_eq!(code, 401, "{body}");
+    let status: Value = serde_json::from_str(&body).expect("a Status");
+    assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("Unauthorized")), "{body}");
+    // system:public-info-viewer: the version is open to anyone.
+    let (code, body) = anonymous.http("GET", "/version", "application/json", "");
+    assert_eq!(code, 200, "{body}");
+
+    let whoami = lab.kubectl(&["auth", "whoami"]);
+    let rows: Vec<Vec<&str>> = whoami.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.first().map(Vec::as_slice), Some(&["ATTRIBUTE", "VALUE"][..]), "{whoami}");
+    assert!(rows.iter().any(|r| r.as_slice() == ["Username", "kubernetes-admin"]), "{whoami}");
+    assert!(rows.iter().any(|r| r.as_slice() == ["Groups", "[system:masters", "system:authenticated]"]), "{whoami}");
+    let kubeconfig = std::fs::read_to_string(lab.kubeconfig()).expect("kubeconfig");
+    // (Not printed: it holds the admin's key.)
+    assert!(kubeconfig.contains(&format!("https://127.0.0.1:{}", lab.port)), "the kubeconfig's server");
+    assert!(kubeconfig.contains("certificate-authority-data: "), "the server is verified");
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["kubeconfig", "pki/ca.key", "bootstrap-kubelet.conf", "controller-manager.conf"] {
+        let mode = std::fs::metadata(lab.dir.join(f)).expect(f).permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f}");
+    }
+}
+
+pub fn nodes_joined_with_the_token_through_approved_csrs(lab: &Lab, nodes: u8) {
+    let bootstrap = lab.dir.join("bootstrap-kubelet.conf");
+    let out = kubectl_as(lab, &bootstrap, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let requester = text(&out.stdout);
+    assert!(requester.starts_with("system:bootstrap:") && requester.len() == 23, "{requester}");
+
+    let csrs = lab.kubectl(&["get", "csr"]);
+    let mut lines = csrs.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "AGE", "SIGNERNAME", "REQUESTOR", "REQUESTEDDURATION", "CONDITION"], "{csrs}");
+    let joined: Vec<Vec<&str>> = lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|r| r.get(2) == Some(&"kubernetes.io/kube-apiserver-client-kubelet"))
+        .collect();
+    assert_eq!(joined.len(), usize::from(nodes), "one request per node:\n{csrs}");
+    for row in &joined {
+        assert!(row[0].starts_with("node-csr-"), "{csrs}");
+        assert_eq!((row[3], row[5]), (requester.as_str(), "Approved,Issued"), "{csrs}");
+    }
+
+    for i in 1..=nodes {
+        let name = Lab::node_name(i);
+        // The agent's own kubeconfig holds the certificate the CSR flow issued it.
+        let out = kubectl_as(lab, &node_kubeconfig(lab, i), &["auth", "whoami", "-o", "json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let who: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(
+            who.pointer("/status/userInfo/username").and_then(Value::as_str),
+            Some(&*format!("system:node:{name}"))
+        );
+        let groups = who.pointer("/status/userInfo/groups").cloned().unwrap_or_default();
+        assert!(groups.as_array().into_iter().flatten().any(|g| g == "system:nodes"), "{who}");
+        // Under NodeRestriction only system:node:<name> may create Node <name>: its agent did.
+        let node = lab.get_json(&["node", &name, "--show-managed-fields"]);
+        let managers: Vec<&str> = node["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["manager"].as_str())
+            .collect();
+        assert!(managers.contains(&"kaji-agent"), "{name}: {managers:?}");
+    }
+}
+
+pub fn a_nodes_certificate_cannot_change_another_node(lab: &Lab) {
+    let (me, other) = (Lab::node_name(1), Lab::node_name(2));
+    let node1 = node_kubeconfig(lab, 1);
+    let patch = r#"{"metadata":{"labels":{"e2e-touched":"yes"}}}"#;
+    let out = kubectl_as(lab, &node1, &["patch", "node", &other, "--type", "merge", "-p", patch]);
+    assert!(!out.status.success(), "node 1 patched node 2");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("Error from server (Forbidden)") && err.contains(&format!("nodes \"{other}\" is forbidden")),
+        "{err}"
+    );
+    let labels = lab.get_json(&["node", &other]);
+    assert!(labels.pointer("/metadata/labels/e2e-touched").is_none(), "{labels}");
+    // Its own Node it may.
+    let out = kubectl_as(lab, &node1, &["patch", "node", &me, "--type", "merge", "-p", patch]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    lab.kubectl(&["label", "node", &me, "e2e-touched-"]);
+}
