@@ -7,9 +7,13 @@
 //! <root>/tmp/                 downloads and half-unpacked layers; emptied on open
 //! ```
 //! Everything lands in place by rename, so a crash never leaves something that looks complete.
+//! Several processes may share a store (the agent, and `kaji-agent image import` beside it): each
+//! change of the index is made under an exclusive lock on `<root>/images.lock` from the index as it
+//! is on disk, which a process reads again whenever another has replaced it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -103,6 +107,8 @@ pub(crate) struct Inner {
 
 struct State {
     meta: Meta,
+    /// Which `images.json` `meta` was read from or written as (another process replaces it).
+    stamp: Option<Stamp>,
     /// Diff IDs a pull or import in progress relies on; remove and gc leave them alone.
     pinned: HashMap<String, usize>,
 }
@@ -127,6 +133,46 @@ impl Drop for Pins {
     }
 }
 
+/// `State` under both locks: the mutex (this process) and the lock file (other processes).
+struct Locked<'a> {
+    state: MutexGuard<'a, State>,
+    _file: Option<nix::fcntl::Flock<fs::File>>,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+/// A file's identity and version: the index is replaced by rename, so a new inode is a new index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let m = fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+        })
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) the store at `root`, discarding leftovers of interrupted work.
     pub fn open(root: impl Into<PathBuf>, opts: StoreOptions) -> Result<Store> {
@@ -139,13 +185,14 @@ impl Store {
             remove_path(&path)?;
         }
         let meta = Meta::load(&root.join("images.json"))?;
+        let stamp = Stamp::of(&root.join("images.json"));
         let client = crate::registry::build_client(&opts)?;
         let store = Store {
             inner: Arc::new(Inner {
                 root,
                 opts,
                 client,
-                state: Mutex::new(State { meta, pinned: HashMap::new() }),
+                state: Mutex::new(State { meta, stamp, pinned: HashMap::new() }),
                 inflight: Mutex::new(HashMap::new()),
                 blobs_downloaded: AtomicU64::new(0),
                 layers_unpacked: AtomicU64::new(0),
@@ -239,7 +286,7 @@ impl Store {
         if let Some(record) = state.meta.images.get_mut(&image.manifest_digest) {
             record.last_used = now();
         }
-        self.save(&state)
+        self.save(&mut state)
     }
 
     pub(crate) fn image(&self, reference: String, manifest_digest: &str, record: &ImageRecord) -> Image {
@@ -253,12 +300,40 @@ impl Store {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The index, locked against this process's threads and other processes, as it is on disk.
+    /// Without the lock file (a read-only store) it is this process's view.
+    fn state(&self) -> Locked<'_> {
+        let mut state = self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let lock_path = self.inner.root.join("images.lock");
+        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path);
+        let file = match file.map_err(|e| e.to_string()).and_then(|f| {
+            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e.to_string())
+        }) {
+            Ok(locked) => Some(locked),
+            Err(e) => {
+                tracing::warn!(path = %lock_path.display(), error = %e, "cannot lock the image index");
+                None
+            }
+        };
+        let index = self.inner.root.join("images.json");
+        let stamp = Stamp::of(&index);
+        if stamp != state.stamp {
+            match Meta::load(&index) {
+                Ok(meta) => {
+                    state.meta = meta;
+                    state.stamp = stamp;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the image index another process wrote"),
+            }
+        }
+        Locked { state, _file: file }
     }
 
-    fn save(&self, state: &State) -> Result<()> {
-        state.meta.save(&self.inner.root.join("images.json"))
+    fn save(&self, state: &mut State) -> Result<()> {
+        let index = self.inner.root.join("images.json");
+        state.meta.save(&index)?;
+        state.stamp = Stamp::of(&index);
+        Ok(())
     }
 
     pub(crate) fn blob_path(&self, digest: &str) -> PathBuf {

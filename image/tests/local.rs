@@ -155,3 +155,32 @@ fn a_root_filesystem_directory_imports_as_a_one_layer_image() -> anyhow::Result<
     assert!(store.import_rootfs(&gz, "kaji.local/tool:2", &config).is_err(), "compressed tars are refused");
     Ok(())
 }
+
+/// The agent keeps its store open while `kaji-agent image import` (another process) adds to it:
+/// the running store sees the new image at once, and neither loses what the other recorded.
+#[test]
+fn two_stores_on_one_root_see_and_keep_each_others_images() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let rootfs = dir.path().join("rootfs");
+    fs::create_dir_all(rootfs.join("bin"))?;
+    fs::write(rootfs.join("bin/tool"), "#!/bin/sh\n")?;
+    let config = kaji_image::ImageConfig::default();
+    let agent = Store::open(dir.path().join("store"), StoreOptions::default())?;
+    let cli = Store::open(dir.path().join("store"), StoreOptions::default())?;
+    assert!(agent.get("kaji.local/tool:1")?.is_none());
+
+    cli.import_rootfs(&rootfs, "kaji.local/tool:1", &config)?;
+    assert!(agent.get("kaji.local/tool:1")?.is_some(), "the open store sees the other's import");
+
+    agent.import_rootfs(&rootfs, "kaji.local/tool:2", &config)?;
+    agent.touch("kaji.local/tool:1")?;
+    let listed =
+        |s: &Store| -> anyhow::Result<HashSet<String>> { Ok(s.list()?.into_iter().map(|i| i.reference).collect()) };
+    let both: HashSet<String> = ["kaji.local/tool:1".to_string(), "kaji.local/tool:2".to_string()].into();
+    assert_eq!(listed(&cli)?, both);
+    assert_eq!(listed(&agent)?, both);
+    cli.remove("kaji.local/tool:2")?;
+    assert!(agent.get("kaji.local/tool:2")?.is_none(), "a removal by the other is seen too");
+    assert!(agent.get("kaji.local/tool:1")?.is_some());
+    Ok(())
+}
