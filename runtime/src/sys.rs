@@ -95,29 +95,29 @@ pub fn load_seccomp_filter(bpf: &[u8], listener: bool) -> Result<Option<OwnedFd>
     Ok(listener.then(|| unsafe { OwnedFd::from_raw_fd(ret as RawFd) }))
 }
 
-/// `mount_setattr(2)` on the mount at `path` (and, `recursive`, every mount below it): sets
-/// and clears `MOUNT_ATTR_*` attributes (see [`crate::mountopts::attr`]).
-pub fn mount_setattr(path: &std::path::Path, recursive: bool, set: u64, clear: u64) -> Result<(), Errno> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
-    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
-    let flags = if recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: `c` is a NUL-terminated path and `attr` a struct mount_attr (the kernel's layout,
-    // its size passed along), both valid for the call.
+/// `struct mount_attr` of `mount_setattr(2)`, the kernel's layout.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `AT_RECURSIVE` of the new mount API (not in libc): the call applies to every mount below.
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// The raw `mount_setattr(2)` on `path` relative to `dirfd`.
+fn setattr(dirfd: RawFd, path: &std::ffi::CStr, flags: libc::c_uint, attr: &MountAttr) -> Result<(), Errno> {
+    // SAFETY: `path` is NUL-terminated and `attr` a struct mount_attr (its size passed along),
+    // both valid for the call; `dirfd` is AT_FDCWD or a descriptor the caller borrows.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
+            dirfd,
+            path.as_ptr(),
             flags,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
@@ -125,6 +125,14 @@ pub fn mount_setattr(path: &std::path::Path, recursive: bool, set: u64, clear: u
         return Err(Errno::last());
     }
     Ok(())
+}
+
+/// `mount_setattr(2)` on the mount at `path` (and, `recursive`, every mount below it): sets
+/// and clears `MOUNT_ATTR_*` attributes (see [`crate::mountopts::attr`]).
+pub fn mount_setattr(path: &std::path::Path, recursive: bool, set: u64, clear: u64) -> Result<(), Errno> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    setattr(libc::AT_FDCWD, &c, if recursive { AT_RECURSIVE } else { 0 }, &attr)
 }
 
 /// `bpf(BPF_PROG_LOAD)` of a `BPF_PROG_TYPE_CGROUP_DEVICE` program (`struct bpf_insn` bytes).
@@ -460,7 +468,6 @@ pub fn set_ignored(signal: nix::sys::signal::Signal, ignored: bool) -> Result<()
 /// `recursive`, of every mount below it), to be changed and attached elsewhere.
 pub fn open_tree_clone(path: &std::path::Path, recursive: bool) -> Result<OwnedFd, Errno> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
     let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: `c` is a NUL-terminated path valid for the call.
@@ -475,34 +482,12 @@ pub fn open_tree_clone(path: &std::path::Path, recursive: bool) -> Result<OwnedF
 /// `mount_setattr(2)` with `MOUNT_ATTR_IDMAP` on the detached mount `tree` (every mount in it
 /// when `recursive`): its files' owners are mapped through the user namespace `userns`.
 pub fn idmap_tree(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>, recursive: bool) -> Result<(), Errno> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
     const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
     let attr =
         MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd: userns.as_raw_fd() as u64 };
+    // An empty path with AT_EMPTY_PATH names `tree` itself.
     let flags = libc::AT_EMPTY_PATH as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH names `tree` itself; `attr` is a
-    // struct mount_attr (the kernel's layout, its size passed along), valid for the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    setattr(tree.as_raw_fd(), c"", flags, &attr)
 }
 
 /// `move_mount(2)` of the detached mount `tree` onto `target`.
