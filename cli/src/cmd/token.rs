@@ -51,18 +51,27 @@ pub async fn run(cl: &Cluster, command: Command) -> Result<()> {
             let (id, secret) = t.split_once('.').expect("a valid token has a dot");
             (id.to_string(), secret.to_string())
         }
-        None => {
-            let mut random = [0u8; 22];
-            kaji_pki::tls::provider().secure_random.fill(&mut random).map_err(|_| anyhow::anyhow!("no randomness"))?;
-            token_from(&random)
-        }
+        None => random_token()?,
     };
     let expires = (!args.ttl.is_zero()).then(|| jiff::Timestamp::now() + args.ttl);
-    let api: Api<Secret> = Api::namespaced(cl.client.clone(), "kube-system");
-    api.create(&PostParams::default(), &token_secret(&id, &secret, expires, &args.description, &args.groups))
+    store(&cl.client, &token_secret(&id, &secret, expires, &args.description, &args.groups)).await?;
+    println!("{id}.{secret}");
+    Ok(())
+}
+
+/// A new token id and secret from the system's randomness.
+pub fn random_token() -> Result<(String, String)> {
+    let mut random = [0u8; 22];
+    kaji_pki::tls::provider().secure_random.fill(&mut random).map_err(|_| anyhow::anyhow!("no randomness"))?;
+    Ok(token_from(&random))
+}
+
+/// Creates a token's Secret (from [`token_secret`]) in kube-system.
+pub async fn store(client: &kube::Client, secret: &Secret) -> Result<()> {
+    Api::<Secret>::namespaced(client.clone(), "kube-system")
+        .create(&PostParams::default(), secret)
         .await
         .context("creating the bootstrap token Secret")?;
-    println!("{id}.{secret}");
     Ok(())
 }
 

@@ -16,11 +16,10 @@
 use super::topology::{Lab, BRIDGE_IP};
 use crate::cmd::token;
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kaji_pki::kubeconfig::{Credentials, Kubeconfig};
 use kaji_pki::layout::{InitSpec, Layout};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -145,16 +144,11 @@ pub fn serving_pair(lab: &Lab, ca: &kaji_pki::Ca, i: u8) -> Result<()> {
 /// A bootstrap token as `kaji token create` makes it (kube-system/bootstrap-token-<id>, in
 /// system:bootstrappers:kaji:default-node-token), written into the nodes' bootstrap kubeconfig.
 pub async fn join_token(lab: &Lab, client: &kube::Client) -> Result<()> {
-    let mut random = [0u8; 22];
-    kaji_pki::tls::provider().secure_random.fill(&mut random).map_err(|_| anyhow::anyhow!("no randomness"))?;
-    let (id, secret) = token::token_from(&random);
+    let (id, secret) = token::random_token()?;
     let expires = jiff::Timestamp::now() + TOKEN_TTL;
     let groups = [token::DEFAULT_GROUP.to_string()];
-    let s = token::token_secret(&id, &secret, Some(expires), "kaji lab: nodes join with it", &groups);
-    Api::<Secret>::namespaced(client.clone(), "kube-system")
-        .create(&PostParams::default(), &s)
-        .await
-        .context("creating the bootstrap token Secret")?;
+    token::store(client, &token::token_secret(&id, &secret, Some(expires), "kaji lab: nodes join with it", &groups))
+        .await?;
     let first = lab.bridge_server().split(',').next().unwrap_or_default().to_string();
     let kc = Kubeconfig {
         cluster: kaji_pki::layout::CLUSTER.into(),
