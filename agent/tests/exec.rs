@@ -252,7 +252,7 @@ async fn attach_to_a_tty_container_gets_its_terminal() -> anyhow::Result<()> {
     }
     ws.send(Message::Binary(b"\x04{\"Width\":91,\"Height\":27}".to_vec().into())).await?;
     // The size and the keystrokes travel separately to the terminal: wait for the size.
-    let line = "for i in $(seq 50); do s=$(stty size) && break; sleep 0.1; done; echo size:$s $TERM; tty; exit 7\n";
+    let line = "for i in $(seq 50); do s=$(stty size 2>/dev/null); [ -n \"$s\" ] && break; sleep 0.1; done; echo size:$s $TERM; tty; exit 7\n";
     ws.send(Message::Binary([b"\x00".as_slice(), line.as_bytes()].concat().into())).await?;
     let s = collect(&mut ws).await?;
     let all = screen + &s.stdout;

@@ -318,7 +318,7 @@ async fn kubectl_1_28_exec_and_attach_speak_spdy_and_1_32_attaches_over_websocke
     // The resize and stdin streams are independent (as in the kubelet, which reads resizes in
     // a goroutine of their own): the size may land just after "go", so the script waits for it.
     let script =
-        "read x; for i in $(seq 50); do s=$(stty size 2>/dev/null) && break; sleep 0.1; done; echo $s; echo $TERM $x";
+        "read x; for i in $(seq 50); do s=$(stty size 2>/dev/null); [ -n \"$s\" ] && break; sleep 0.1; done; echo $s; echo $TERM $x";
     let (out, status) = spdy_tty_exec(&node, &["sh", "-c", script], b"{\"Width\":91,\"Height\":27}\n", b"go\n").await?;
     ensure!(out.contains("27 91\r\nxterm go\r\n"), "{out:?}");
     assert_eq!(status, json!({"metadata": {}, "status": "Success"}));

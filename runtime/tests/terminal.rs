@@ -51,9 +51,10 @@ fn on_a_terminal(mut spec: oci_spec::runtime::Spec) -> anyhow::Result<oci_spec::
 }
 
 // The size may reach the terminal after the stdin line does (two fifos), so the script waits
-// for it rather than racing it.
+// for it rather than racing it — for output, not for stty's status: busybox's `stty size`
+// exits 0 and prints nothing while the terminal has no size yet.
 const SCRIPT: &str = "tty; printf 'name? '; read x; \
-    for i in $(seq 50); do s=$(stty size 2>/dev/null) && break; sleep 0.1; done; \
+    for i in $(seq 50); do s=$(stty size 2>/dev/null); [ -n \"$s\" ] && break; sleep 0.1; done; \
     echo size:$s; echo got:$x; read y || echo eof; exit 3";
 
 #[test]
