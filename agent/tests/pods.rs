@@ -85,13 +85,15 @@ async fn a_pod_runs_with_init_containers_env_volumes_and_logs_then_leaves_nothin
         assert!(conds.contains(&(t.to_string(), "True".to_string())), "{t} True in {conds:?}");
     }
 
-    // The log, through the agent's server, as kubectl logs would show it.
+    // The log, through the agent's server, as kubectl logs would show it: wait for the last
+    // line of each stream, as stdout and stderr reach the log through separate pipes ("err"
+    // may land after "host=" was already there).
     let mut log = String::new();
     for _ in 0..50 {
         let (code, body) = node.get("/containerLogs/default/web/app").await?;
         assert_eq!(code, 200, "{body}");
         log = body;
-        if log.contains("host=") {
+        if log.contains("host=") && log.lines().any(|l| l == "err") {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

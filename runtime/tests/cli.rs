@@ -79,7 +79,9 @@ fn the_process_starts_with_default_signals_whatever_the_runtime_inherited() -> a
     let probe = "grep -E '^Sig(Ign|Blk)' /proc/self/status";
     for cli in Cli::both() {
         let id = cli.id("sig");
-        let b = bundle(&mut fx, &id, &format!("{probe}; trap 'exit 0' TERM; while :; do sleep 0.1; done"), |_| {})?;
+        // The trap comes first: the test signals as soon as the probe has printed, and a
+        // pid namespace's init without a handler never gets a TERM (the run would hang).
+        let b = bundle(&mut fx, &id, &format!("trap 'exit 0' TERM; {probe}; while :; do sleep 0.1; done"), |_| {})?;
         let mut run = wrap(cli.cmd(&fx, &["run", "--bundle", &b, &id])).stdout(Stdio::piped()).spawn()?;
         let mut stdout = run.stdout.take().expect("stdout");
         let mut first = [0u8; 64];

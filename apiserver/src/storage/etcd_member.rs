@@ -130,6 +130,31 @@ impl Cluster {
         anyhow::ensure!(n > 0, "a cluster needs a member");
         // Each member's data dir and log go under `dir` (the apiserver bench names one to make).
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        // The ports are free when picked but not held until etcd binds them: another process
+        // binding port 0 meanwhile (a test's apiserver, another test's etcd) may get one, and the
+        // member then exits with "address already in use". New ports and a clean start then.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut cluster = Self::spawn_all(dir, n, tied)?;
+            match cluster.wait_started(Duration::from_secs(30))? {
+                None => return Ok(cluster),
+                Some(exited) if exited.contains("address already in use") && tries < 5 => {
+                    drop(cluster);
+                    for i in 0..n {
+                        let data_dir = dir.join(format!("m{i}"));
+                        std::fs::remove_dir_all(&data_dir)
+                            .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+                            .map_err(|e| anyhow::anyhow!("cannot clean {} after {exited}: {e}", data_dir.display()))?;
+                    }
+                }
+                Some(exited) => anyhow::bail!("etcd did not start in {tries} tries: {exited}"),
+            }
+        }
+    }
+
+    /// `n` members on ports free just now, data under `dir`.
+    fn spawn_all(dir: &Path, n: usize, tied: bool) -> anyhow::Result<Self> {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let peers: Vec<(String, String)> =
             ports.iter().enumerate().map(|(i, (_, p))| (format!("m{i}"), format!("http://127.0.0.1:{p}"))).collect();
@@ -143,9 +168,31 @@ impl Cluster {
             m.spawn().map_err(|e| anyhow::anyhow!("cannot start etcd (is etcd-server installed?): {e}"))?;
             members.push(m);
         }
-        let cluster = Self { members };
-        cluster.wait_healthy(Duration::from_secs(30))?;
-        Ok(cluster)
+        Ok(Self { members })
+    }
+
+    /// [`Cluster::wait_healthy`] for a cluster just spawned, but a member that exits meanwhile
+    /// ends the wait at once: `Some(what it said)`, from the tail of its log.
+    fn wait_started(&mut self, within: Duration) -> anyhow::Result<Option<String>> {
+        let deadline = Instant::now() + within;
+        loop {
+            for m in &mut self.members {
+                if let Some(Ok(Some(status))) = m.child.as_mut().map(Child::try_wait) {
+                    m.child = None;
+                    let log = std::fs::read_to_string(m.data_dir.with_extension("log")).unwrap_or_default();
+                    let last = match log.lines().find(|l| l.contains("address already in use")) {
+                        Some(l) => l.to_string(),
+                        None => log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string(),
+                    };
+                    return Ok(Some(format!("member {} exited ({status}): {last}", m.name)));
+                }
+            }
+            if self.members.iter().any(|m| health(&m.client_url)) {
+                return Ok(None);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "etcd cluster not healthy within {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn client_urls(&self) -> Vec<String> {
