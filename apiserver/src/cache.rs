@@ -1,5 +1,11 @@
 //! The watch cache: one store watch for everything, an in-memory copy of every object per
 //! resource, a bounded event history, and fan-out to any number of client watches.
+//!
+//! The history keeps what Kubernetes' watch cache keeps: the events of the last 75 s
+//! (`eventFreshDuration`, the 60-s bookmark period plus a margin, so a watch that ends resumes
+//! from its last event or bookmark), at least the last 100 whatever their age, and never more than
+//! `--watch-cache-size`. Kept by count alone, each resource's history grew until it held that many
+//! events — under steady churn tens of MiB of objects long deleted (see docs/benchmarks.md).
 
 use crate::storage::{self, EventKind, KeyValue, Store};
 use bytes::Bytes;
@@ -8,7 +14,7 @@ use kaji_api::selector::{field_value, supported_fields, FieldSelector, LabelSele
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 
 /// An object as the cache holds it: its JSON (with resourceVersion set) and what selectors need.
@@ -82,12 +88,18 @@ pub enum CacheError {
 
 struct State {
     objects: BTreeMap<String, Arc<CachedObject>>,
-    history: VecDeque<Arc<WatchEvent>>,
+    /// Events with the time the cache applied them.
+    history: VecDeque<(Instant, Arc<WatchEvent>)>,
     /// Every event with a revision above this one is in `history`.
     history_start: u64,
     /// The revision of the last change (or load) of this resource: what derived views compare.
     last_rev: u64,
 }
+
+/// How long an event stays in the history (Kubernetes' `eventFreshDuration`).
+pub const HISTORY_WINDOW: Duration = Duration::from_secs(75);
+/// Events kept per resource however old (Kubernetes' lower bound of the history's capacity).
+pub const HISTORY_FLOOR: usize = 100;
 
 /// One resource's cached objects and watchers.
 pub struct ResourceCache {
@@ -175,6 +187,10 @@ impl ResourceCache {
     }
 
     fn apply(&self, ev: &storage::Event) {
+        self.apply_at(ev, Instant::now());
+    }
+
+    fn apply_at(&self, ev: &storage::Event, now: Instant) {
         let kv = KeyValue {
             key: ev.key.clone(),
             value: ev.value.clone(),
@@ -215,11 +231,15 @@ impl ResourceCache {
             (EventKind::Put, Some(_)) => WatchEventType::Modified,
         };
         let we = Arc::new(WatchEvent { kind, rev: ev.revision, object: obj, prev });
-        st.history.push_back(we.clone());
-        while st.history.len() > self.history_limit {
-            if let Some(old) = st.history.pop_front() {
-                st.history_start = old.rev;
+        st.history.push_back((now, we.clone()));
+        let floor = HISTORY_FLOOR.min(self.history_limit);
+        while let Some(&(at, ref old)) = st.history.front() {
+            let len = st.history.len();
+            if len <= floor || len <= self.history_limit && now.saturating_duration_since(at) <= HISTORY_WINDOW {
+                break;
             }
+            st.history_start = old.rev;
+            st.history.pop_front();
         }
         // Sent under the lock so a new subscriber sees each event exactly once.
         let _ = self.tx.send(we);
@@ -286,7 +306,7 @@ impl ResourceCache {
             Some(n) if n < st.history_start => {
                 return Err(CacheError::Gone { requested: n, oldest: st.history_start });
             }
-            Some(n) => st.history.iter().filter(|e| e.rev > n).cloned().collect(),
+            Some(n) => st.history.iter().filter(|(_, e)| e.rev > n).map(|(_, e)| e.clone()).collect(),
         };
         Ok(Subscription { initial, live: self.tx.subscribe(), rev: current_rev })
     }
@@ -521,6 +541,59 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&ev.object.json).expect("json");
         assert_eq!(json["metadata"]["resourceVersion"], (rev + 1).to_string(), "at the deletion's revision");
         drop(store);
+    }
+
+    #[test]
+    fn history_keeps_the_last_75_seconds_and_at_least_100_events_not_the_size_limit() {
+        let info = kaji_api::resources::by_kind("Pod").expect("pods");
+        let pods = ResourceCache::new(info, 10_000);
+        let t0 = Instant::now();
+        let put = |rev: u64, name: &str, at: Instant| {
+            let value: Arc<[u8]> = Arc::from(pod(name, "web"));
+            let ev = storage::Event {
+                kind: EventKind::Put,
+                revision: rev,
+                key: format!("/registry/pods/default/{name}"),
+                value,
+                prev: None,
+                created: true,
+            };
+            pods.apply_at(&ev, at);
+        };
+        // A burst of 150 pods, then quiet: all kept until the next event.
+        for rev in 1..=150 {
+            put(rev, &format!("p{rev}"), t0);
+        }
+        assert_eq!(pods.read().history.len(), 150);
+        // 80 s later one more: the old ones go down to the floor of 100.
+        put(151, "late", t0 + Duration::from_secs(80));
+        assert_eq!(pods.read().history.len(), HISTORY_FLOOR);
+        assert!(matches!(pods.subscribe(Some(50), 151), Err(CacheError::Gone { requested: 50, oldest: 51 })));
+        let resumed = pods.subscribe(Some(51), 151).expect("within history");
+        assert_eq!(resumed.initial.iter().map(|e| e.rev).collect::<Vec<_>>(), (52..=151).collect::<Vec<_>>());
+        // Steady churn: 200 more within the window push out every older event, none of the new.
+        for rev in 152..=351 {
+            put(rev, &format!("c{rev}"), t0 + Duration::from_secs(81));
+        }
+        let st = pods.read();
+        assert_eq!(st.history.len(), 201, "the event at 80 s and the 200 at 81 s");
+        assert_eq!(st.history_start, 150);
+        // Within the window the size limit still holds.
+        drop(st);
+        let small = ResourceCache::new(info, 3);
+        for rev in 1..=5 {
+            let value: Arc<[u8]> = Arc::from(pod("x", "web"));
+            let ev = storage::Event {
+                kind: EventKind::Put,
+                revision: rev,
+                key: "/registry/pods/default/x".into(),
+                value,
+                prev: None,
+                created: rev == 1,
+            };
+            small.apply_at(&ev, t0);
+        }
+        assert_eq!(small.read().history.iter().map(|(_, e)| e.rev).collect::<Vec<_>>(), [3, 4, 5]);
     }
 
     #[tokio::test]

@@ -122,7 +122,8 @@ struct Args {
     /// Port range for NodePort Services, as FIRST-LAST.
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: String,
-    /// Watch events kept per resource in memory for watches that resume.
+    /// Most watch events kept per resource in memory for watches that resume (those of the last
+    /// 75 s are kept, and at least 100, up to this many).
     #[arg(long, default_value_t = 10_000)]
     watch_cache_size: usize,
     /// Most store revisions of event history kept after compaction; each compaction also drops
