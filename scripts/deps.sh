@@ -49,12 +49,15 @@ case "$purpose" in build|lab|test) ;; *) usage ;; esac
 for_purpose() { [[ ",$1," == *",$purpose,"* ]]; }
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-missing_apt=()
-for line in "${APT[@]}"; do
-  read -r pkg purposes why <<<"$line"
-  for_purpose "$purposes" || continue
-  installed "$pkg" || missing_apt+=("$pkg|$why")
-done
+find_missing_apt() {
+  missing_apt=()
+  for line in "${APT[@]}"; do
+    read -r pkg purposes why <<<"$line"
+    for_purpose "$purposes" || continue
+    installed "$pkg" || missing_apt+=("$pkg|$why")
+  done
+}
+find_missing_apt
 missing_pip=()
 for line in "${PIP[@]}"; do
   read -r module purposes pkg why <<<"$line"
@@ -82,6 +85,19 @@ if [ ${#missing_apt[@]} -gt 0 ]; then
   # qemu-system-x86 and debootstrap together), one package per call.
   if ! apt-get install -y -qq --no-install-recommends "${names[@]}" >/dev/null 2>&1; then
     for n in "${names[@]}"; do apt-get install -y -qq --no-install-recommends "$n" >/dev/null; done
+  fi
+  # Installing one package can remove another the list needs: on a machine with a backported
+  # qemu-utils, Debian's qemu-system-x86 conflicts with it and apt removes it, so qemu-img was
+  # gone until the next run of this script. Whatever is missing now is installed again, alone.
+  find_missing_apt
+  for m in "${missing_apt[@]}"; do
+    echo "installing ${m%%|*} again (removed by another install): ${m#*|}"
+    apt-get install -y -qq --no-install-recommends "${m%%|*}" >/dev/null
+  done
+  find_missing_apt
+  if [ ${#missing_apt[@]} -gt 0 ]; then
+    echo "scripts/deps.sh: still missing after install:$(printf ' %s' "${missing_apt[@]%%|*}")" >&2
+    exit 1
   fi
 fi
 if [ ${#missing_pip[@]} -gt 0 ] && ! python3 -m pip --version >/dev/null 2>&1; then
