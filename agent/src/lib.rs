@@ -23,6 +23,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod spdy;
 pub mod spec;
+pub mod subpath;
 pub mod tokens;
 pub mod userns;
 pub mod volumes;
@@ -237,6 +238,10 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
     for dir in [config.root_dir.clone(), config.containers_dir(), config.pods_dir(), config.runtime_dir()] {
         std::fs::create_dir_all(&dir).map_err(|source| Error::Dir { path: dir.clone(), source })?;
     }
+    // Pods' volumes (Secrets, tokens) are root's alone, as kubelet's pods dir (0750).
+    let pods = config.pods_dir();
+    std::fs::set_permissions(&pods, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o750))
+        .map_err(|source| Error::Dir { path: pods.clone(), source })?;
     // The root of a `hostUsers: false` pod is nobody on the host: it must be able to pass
     // through to its rootfs and idmapped mounts under the runtime's dir (containerd's 0711).
     for dir in [config.root_dir.clone(), config.runtime_dir()] {

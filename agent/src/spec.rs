@@ -23,6 +23,8 @@ pub struct Inputs<'a> {
     pub cgroups_path: PathBuf,
     /// Host path of each volume, by name.
     pub volumes: &'a HashMap<String, PathBuf>,
+    /// The bind made for each mount with a subPath (`crate::subpath`), by the mount's index.
+    pub subpaths: &'a HashMap<usize, PathBuf>,
     pub pod_dir: &'a crate::volumes::PodDir,
     /// Host file bind-mounted at terminationMessagePath.
     pub termination_log: &'a Path,
@@ -104,8 +106,23 @@ fn cap_name(c: &str) -> String {
     }
 }
 
-/// Every capability the runtime knows (for `privileged` and `add: [ALL]`).
+/// Every capability this process holds (for `privileged` and `add: [ALL]`), as containerd's
+/// `WithAllCurrentCapabilities`: asking for one the agent lacks (a node whose bounding set was
+/// narrowed, e.g. without CAP_SYS_RESOURCE) would fail the container with "capset failure".
 fn all_caps() -> Vec<String> {
+    static BOUNDING: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let held = *BOUNDING.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapBnd:").map(|v| v.trim().to_string())))
+            .and_then(|v| u64::from_str_radix(&v, 16).ok())
+            .unwrap_or(u64::MAX)
+    });
+    known_caps().into_iter().enumerate().filter(|(bit, _)| held & (1u64 << bit) != 0).map(|(_, c)| c).collect()
+}
+
+/// The kernel's capabilities in number order (CAP_CHOWN = 0 … CAP_CHECKPOINT_RESTORE = 40).
+fn known_caps() -> Vec<String> {
     [
         "CHOWN",
         "DAC_OVERRIDE",
@@ -338,21 +355,22 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, Error> {
     }
     let tm = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
     extra_mounts.push(bind(&tm, i.termination_log, false));
-    for vm in c.volume_mounts.iter().flatten() {
+    for (idx, vm) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(src) = i.volumes.get(&vm.name) else {
             return Err(format!("volume {:?} not found in the pod's volumes", vm.name));
         };
-        let mut src = src.clone();
-        if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            let rel = crate::volumes::safe_relative(sub).ok_or_else(|| format!("invalid subPath {sub:?}"))?;
-            src = src.join(rel);
-            if !src.exists() {
-                std::fs::create_dir_all(&src).map_err(|e| format!("cannot create subPath {sub:?}: {e}"))?;
+        // Never the volume joined with the subPath: that path is the container's to redirect.
+        let has_sub = [&vm.sub_path, &vm.sub_path_expr].iter().any(|s| s.as_deref().is_some_and(|s| !s.is_empty()));
+        let src = match i.subpaths.get(&idx) {
+            Some(bound) => bound,
+            None if has_sub => {
+                return Err(format!("subPath of volumeMount {:?} of container {:?} not prepared", vm.name, c.name))
             }
-        }
+            None => src,
+        };
         extra_mounts.push(bind(
             &vm.mount_path,
-            &src,
+            src,
             vm.read_only.unwrap_or(false) || volume_read_only(i.pod, &vm.name),
         ));
     }
@@ -399,6 +417,7 @@ mod tests {
     fn inputs_spec(p: &Pod, layers: &[PathBuf]) -> Result<Value, Error> {
         let image = kaji_image::ImageConfig { user: String::new(), working_dir: "/srv".into(), ..Default::default() };
         let volumes = HashMap::from([("data".to_string(), PathBuf::from("/var/lib/kaji/pods/u/volumes/data"))]);
+        let subpaths = HashMap::new();
         let dir = crate::volumes::PodDir(PathBuf::from("/var/lib/kaji/pods/u"));
         let i = Inputs {
             pod: p,
@@ -410,6 +429,7 @@ mod tests {
             joins: vec![(LinuxNamespaceType::Network, PathBuf::from("/ns/net"))],
             cgroups_path: PathBuf::from("/kaji/kubepods/podu/c1"),
             volumes: &volumes,
+            subpaths: &subpaths,
             pod_dir: &dir,
             termination_log: Path::new("/var/lib/kaji/pods/u/termination/c-0"),
             annotations: HashMap::new(),
@@ -502,11 +522,27 @@ mod tests {
         assert_eq!(inputs_spec(&p, &[]).expect_err("root"), "container has runAsNonRoot and image will run as root");
         let p = pod(json!({"spec": {"containers": [{"name": "c",
             "volumeMounts": [{"name": "data", "mountPath": "/d", "subPath": "../../etc"}]}]}}));
-        assert!(inputs_spec(&p, &[]).expect_err("escape").contains("invalid subPath"));
+        assert_eq!(
+            inputs_spec(&p, &[]).expect_err("not prepared"),
+            "subPath of volumeMount \"data\" of container \"c\" not prepared",
+            "a subPath is only ever mounted through its prepared bind, never joined to the volume here"
+        );
         let p = pod(
             json!({"spec": {"containers": [{"name": "c", "volumeMounts": [{"name": "nope", "mountPath": "/d"}]}]}}),
         );
         assert!(inputs_spec(&p, &[]).is_err());
+    }
+
+    #[test]
+    fn privileged_gets_every_capability_the_agent_holds_and_no_other() {
+        let known = known_caps();
+        assert_eq!((known[21].as_str(), known[24].as_str(), known.len()), ("CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", 41));
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let bnd = status.lines().find_map(|l| l.strip_prefix("CapBnd:")).expect("CapBnd");
+        let bnd = u64::from_str_radix(bnd.trim(), 16).expect("hex");
+        let want: Vec<String> =
+            known.iter().enumerate().filter(|(b, _)| bnd & (1 << b) != 0).map(|(_, c)| c.clone()).collect();
+        assert_eq!(all_caps(), want);
     }
 
     #[test]
@@ -531,6 +567,7 @@ mod tests {
             "containers": [{"name": "c", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}));
         let image = kaji_image::ImageConfig::default();
         let volumes = HashMap::from([("data".to_string(), PathBuf::from("/pods/u/volumes/data"))]);
+        let subpaths = HashMap::new();
         let dir = crate::volumes::PodDir(PathBuf::from("/pods/u"));
         let i = Inputs {
             pod: &p,
@@ -545,6 +582,7 @@ mod tests {
             ],
             cgroups_path: PathBuf::from("/kaji/kubepods/podu/c1"),
             volumes: &volumes,
+            subpaths: &subpaths,
             pod_dir: &dir,
             termination_log: Path::new("/pods/u/termination/c-0"),
             annotations: HashMap::new(),

@@ -101,6 +101,17 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
         }
         return Ok(path);
     }
+    if (v.secret.is_some() || v.projected.is_some()) && !is_mountpoint(&path) {
+        // As kubelet: Secrets and tokens live in memory (a tmpfs per volume), never on the disk.
+        nix::mount::mount(
+            Some("tmpfs"),
+            &path,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0755"),
+        )
+        .map_err(|source| Error::Sys { op: "mount tmpfs on", path: path.clone(), source })?;
+    }
     let mut files: BTreeMap<String, (Vec<u8>, u32)> = BTreeMap::new();
     let mode_of = |m: Option<i32>| m.unwrap_or(0o644) as u32;
     if let Some(c) = &v.config_map {
@@ -378,9 +389,9 @@ fn same_content(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> bool {
         })
 }
 
-/// True when `path` is a mount point (listed in /proc/self/mountinfo).
+/// True when `path` is a mount point (listed in the calling thread's mountinfo).
 pub fn is_mountpoint(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap_or_default();
     let want = path.to_string_lossy();
     info.lines().any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
 }
@@ -449,8 +460,10 @@ pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) ->
     Ok(dns_warnings)
 }
 
-/// Unmounts the pod's tmpfs volumes and removes its directory.
+/// Unmounts the pod's subPath binds and tmpfs volumes and removes its directory — never through a
+/// mount still there (that would delete what a bind shows: a volume's, or the node's, files).
 pub fn teardown(dir: &PodDir) -> Result<()> {
+    crate::subpath::cleanup(dir).map_err(|e| Error::Config(format!("cannot unmount the pod's subPaths: {e}")))?;
     let volumes = dir.0.join("volumes");
     for e in std::fs::read_dir(&volumes).into_iter().flatten().flatten() {
         if is_mountpoint(&e.path()) {
@@ -460,6 +473,9 @@ pub fn teardown(dir: &PodDir) -> Result<()> {
                 source,
             })?;
         }
+    }
+    if let Some(left) = crate::subpath::mounts_under(&dir.0).first() {
+        return Err(Error::Config(format!("{} is still mounted: the pod directory is kept", left.display())));
     }
     match std::fs::remove_dir_all(&dir.0) {
         Ok(()) => Ok(()),

@@ -65,6 +65,22 @@ pub fn openat(dir: BorrowedFd<'_>, path: &std::path::Path, flags: nix::fcntl::OF
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `openat2(2)` of `path` beneath `dir` (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`: no `..`, absolute
+/// path or symlink may leave `dir`, no `/proc` magic link is followed), close-on-exec.
+pub fn openat2_beneath(
+    dir: BorrowedFd<'_>,
+    path: &std::path::Path,
+    flags: nix::fcntl::OFlag,
+) -> Result<OwnedFd, Errno> {
+    use nix::fcntl::{OpenHow, ResolveFlag};
+    let how = OpenHow::new()
+        .flags(flags | nix::fcntl::OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = nix::fcntl::openat2(dir.as_raw_fd(), path, how)?;
+    // SAFETY: openat2(2) just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)` with `bpf`, an array of `struct
 /// sock_filter`; with `listener`, SECCOMP_FILTER_FLAG_NEW_LISTENER, and the fd it returns.
 pub fn load_seccomp_filter(bpf: &[u8], listener: bool) -> Result<Option<OwnedFd>, Errno> {

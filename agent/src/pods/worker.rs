@@ -535,6 +535,13 @@ impl Worker {
             ("io.kubernetes.container.name".to_string(), c.name.clone()),
             ("io.kubernetes.container.restartCount".to_string(), restart_count.to_string()),
         ]);
+        let subpaths = match prepare_subpaths(dir, c, ctx.volumes, &env) {
+            Ok(s) => s,
+            Err(msg) => {
+                self.event_warning(p, "Failed", format!("Error: {msg}"));
+                return Err(("CreateContainerConfigError".into(), msg));
+            }
+        };
         let inputs = crate::spec::Inputs {
             pod: p,
             container: c,
@@ -545,6 +552,7 @@ impl Worker {
             joins: ctx.sandbox.joins(),
             cgroups_path: crate::cgroup::container_path(&pod_cgroup, &id),
             volumes: ctx.volumes,
+            subpaths: &subpaths,
             pod_dir: dir,
             termination_log: &termination_log,
             annotations,
@@ -1101,6 +1109,44 @@ struct StartCtx<'a> {
     dir: &'a PodDir,
     sandbox: &'a Sandbox,
     volumes: &'a HashMap<String, PathBuf>,
+}
+
+/// Binds each subPath of the container's mounts (`crate::subpath`), by mount index; the error is
+/// kubelet's message (the details, which may describe the node's files, go to the log only).
+fn prepare_subpaths(
+    dir: &PodDir,
+    c: &k8s_openapi::api::core::v1::Container,
+    volumes: &HashMap<String, PathBuf>,
+    env: &[String],
+) -> Result<HashMap<usize, PathBuf>, String> {
+    let vars: HashMap<String, String> =
+        env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut out = HashMap::new();
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let rel = match crate::subpath::requested(m, &vars) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        let Some(volume) = volumes.get(&m.name) else { continue };
+        let target = crate::subpath::target(dir, &m.name, &c.name, i);
+        match crate::subpath::prepare(volume, &rel, &target) {
+            Ok(t) => {
+                out.insert(i, t);
+            }
+            Err(e) => {
+                tracing::warn!(container = %c.name, volume_mount = %m.name, error = %chain(&e), "failed to prepare subPath");
+                return Err(match e {
+                    crate::subpath::Error::Create { .. } => format!(
+                        "failed to create subPath directory for volumeMount {:?} of container {:?}",
+                        m.name, c.name
+                    ),
+                    _ => format!("failed to prepare subPath for volumeMount {:?} of container {:?}", m.name, c.name),
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The termination message: the file the container wrote (≤ 4 KiB), or with
