@@ -52,6 +52,9 @@ pub const DEFAULT_DENIED: &[&str] = &[
     "fsopen",
     "fspick",
     "get_kernel_syms",
+    "io_uring_enter",
+    "io_uring_register",
+    "io_uring_setup",
     "get_mempolicy",
     "init_module",
     "ioperm",
@@ -96,17 +99,41 @@ pub const DEFAULT_DENIED: &[&str] = &[
     "vm86old",
 ];
 
-/// The default profile: allow everything except [`DEFAULT_DENIED`] (EPERM).
+/// The namespace flags of `clone` that moby's and containerd's RuntimeDefault refuse
+/// (0x7E020000: NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET).
+pub const CLONE_NAMESPACE_FLAGS: [u64; 7] =
+    [0x0002_0000, 0x0200_0000, 0x0400_0000, 0x0800_0000, 0x1000_0000, 0x2000_0000, 0x4000_0000];
+
+/// The default profile: allow everything except [`DEFAULT_DENIED`] (EPERM), `clone` with any
+/// namespace flag (EPERM; one masked rule a flag, OR-ed by libseccomp), and `clone3` (ENOSYS, so
+/// libc falls back to `clone`, whose flags a filter can read) — as RuntimeDefault refuses them
+/// to a container without CAP_SYS_ADMIN: no user namespaces, so no way around the rest.
 pub fn default_profile() -> LinuxSeccomp {
-    let rule = LinuxSyscallBuilder::default()
-        .names(DEFAULT_DENIED.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        .action(LinuxSeccompAction::ScmpActErrno)
-        .errno_ret(libc::EPERM as u32)
-        .build()
-        .expect("static syscall rule is valid");
+    let errno = |names: Vec<String>, errno: i32, args: Option<Vec<oci_spec::runtime::LinuxSeccompArg>>| {
+        let mut b = LinuxSyscallBuilder::default()
+            .names(names)
+            .action(LinuxSeccompAction::ScmpActErrno)
+            .errno_ret(errno as u32);
+        if let Some(args) = args {
+            b = b.args(args);
+        }
+        b.build().expect("static syscall rule is valid")
+    };
+    let mut rules = vec![errno(DEFAULT_DENIED.iter().map(|s| s.to_string()).collect(), libc::EPERM, None)];
+    for flag in CLONE_NAMESPACE_FLAGS {
+        let arg = oci_spec::runtime::LinuxSeccompArgBuilder::default()
+            .index(0usize)
+            .value(flag)
+            .value_two(flag)
+            .op(LinuxSeccompOperator::ScmpCmpMaskedEq)
+            .build()
+            .expect("static argument rule is valid");
+        rules.push(errno(vec!["clone".into()], libc::EPERM, Some(vec![arg])));
+    }
+    rules.push(errno(vec!["clone3".into()], libc::ENOSYS, None));
     LinuxSeccompBuilder::default()
         .default_action(LinuxSeccompAction::ScmpActAllow)
-        .syscalls(vec![rule])
+        .syscalls(rules)
         .build()
         .expect("static seccomp profile is valid")
 }
@@ -135,7 +162,7 @@ fn arch(arch: Arch) -> Option<ScmpArch> {
     })
 }
 
-fn compare(op: LinuxSeccompOperator, value_two: Option<u64>) -> ScmpCompareOp {
+fn compare(op: LinuxSeccompOperator, value: u64) -> ScmpCompareOp {
     match op {
         LinuxSeccompOperator::ScmpCmpNe => ScmpCompareOp::NotEqual,
         LinuxSeccompOperator::ScmpCmpLt => ScmpCompareOp::Less,
@@ -143,8 +170,19 @@ fn compare(op: LinuxSeccompOperator, value_two: Option<u64>) -> ScmpCompareOp {
         LinuxSeccompOperator::ScmpCmpEq => ScmpCompareOp::Equal,
         LinuxSeccompOperator::ScmpCmpGe => ScmpCompareOp::GreaterEqual,
         LinuxSeccompOperator::ScmpCmpGt => ScmpCompareOp::Greater,
-        LinuxSeccompOperator::ScmpCmpMaskedEq => ScmpCompareOp::MaskedEqual(value_two.unwrap_or(0)),
+        // OCI (runc, libseccomp-golang): `value` is the mask, `valueTwo` what the masked argument
+        // must equal — moby's `clone` rule {value: 0x7E020000, valueTwo: 0} means "no namespace flag".
+        LinuxSeccompOperator::ScmpCmpMaskedEq => ScmpCompareOp::MaskedEqual(value),
     }
+}
+
+/// One OCI argument condition as libseccomp takes it (for MASKED_EQ the datum is `valueTwo`).
+fn arg_compare(a: &oci_spec::runtime::LinuxSeccompArg) -> ScmpArgCompare {
+    let datum = match a.op() {
+        LinuxSeccompOperator::ScmpCmpMaskedEq => a.value_two().unwrap_or(0),
+        _ => a.value(),
+    };
+    ScmpArgCompare::new(a.index() as u32, compare(a.op(), a.value()), datum)
 }
 
 /// A compiled filter: the BPF program libseccomp generated for a profile.
@@ -238,12 +276,7 @@ fn context(profile: &LinuxSeccomp) -> Result<ScmpFilterContext> {
         if act == default {
             continue;
         }
-        let conditions: Vec<ScmpArgCompare> = rule
-            .args()
-            .iter()
-            .flatten()
-            .map(|a| ScmpArgCompare::new(a.index() as u32, compare(a.op(), a.value_two()), a.value()))
-            .collect();
+        let conditions: Vec<ScmpArgCompare> = rule.args().iter().flatten().map(arg_compare).collect();
         for name in rule.names() {
             let Ok(syscall) = ScmpSyscall::from_name(name) else { continue };
             let added = if conditions.is_empty() {
@@ -314,6 +347,64 @@ mod tests {
         );
         profile.set_syscalls(Some(rules));
         compile(&profile).expect("compiles");
+    }
+
+    /// On a thread of its own (a filter loaded without TSYNC binds only its thread; root: loading
+    /// needs CAP_SYS_ADMIN without no_new_privs): the default filter's answer to each raw call,
+    /// as errno (0: allowed). A call that made a child process ends that child at once.
+    #[allow(unsafe_code)]
+    fn errno_under_default_filter(calls: Vec<(libc::c_long, [libc::c_long; 2])>) -> Vec<i32> {
+        let filter = compile(&default_profile()).expect("compiles");
+        std::thread::spawn(move || {
+            load(&filter).expect("load the filter (root)");
+            calls
+                .iter()
+                .map(|(nr, args)| {
+                    // SAFETY: integer arguments only; a clone here has fork semantics (NULL stack)
+                    // and its child leaves through _exit before touching anything.
+                    let r = unsafe { libc::syscall(*nr, args[0], args[1], 0, 0, 0) };
+                    match r {
+                        0 if *nr == libc::SYS_clone => crate::sys::exit_now(0),
+                        r if r < 0 => std::io::Error::last_os_error().raw_os_error().unwrap_or(-1),
+                        pid if *nr == libc::SYS_clone => {
+                            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None);
+                            0
+                        }
+                        _ => 0,
+                    }
+                })
+                .collect()
+        })
+        .join()
+        .expect("thread")
+    }
+
+    #[test]
+    fn the_default_profile_refuses_user_namespaces_and_io_uring_but_not_fork() {
+        assert!(nix::unistd::geteuid().is_root(), "loading a filter without no_new_privs needs root");
+        let sigchld = libc::SIGCHLD as libc::c_long;
+        let got = errno_under_default_filter(vec![
+            (libc::SYS_clone, [libc::CLONE_NEWUSER as libc::c_long | sigchld, 0]),
+            (libc::SYS_clone, [libc::CLONE_NEWNS as libc::c_long | libc::CLONE_NEWNET as libc::c_long | sigchld, 0]),
+            (libc::SYS_clone3, [0, 0]),
+            (libc::SYS_io_uring_setup, [1, 0]),
+            (libc::SYS_unshare, [libc::CLONE_NEWUSER as libc::c_long, 0]),
+            (libc::SYS_clone, [sigchld, 0]),
+        ]);
+        // A plain fork is allowed (its child _exits at once: r == 0 there), so its errno is 0.
+        assert_eq!(got, [libc::EPERM, libc::EPERM, libc::ENOSYS, libc::EPERM, libc::EPERM, 0]);
+    }
+
+    #[test]
+    fn masked_equality_takes_the_mask_from_value_as_runc_does() {
+        let arg = oci_spec::runtime::LinuxSeccompArgBuilder::default()
+            .index(0usize)
+            .value(0x7E02_0000u64)
+            .value_two(0u64)
+            .op(LinuxSeccompOperator::ScmpCmpMaskedEq)
+            .build()
+            .expect("valid");
+        assert_eq!(arg_compare(&arg), ScmpArgCompare::new(0, ScmpCompareOp::MaskedEqual(0x7E02_0000), 0));
     }
 
     #[test]
