@@ -85,7 +85,7 @@ struct Args {
     /// Address of the healthz port.
     #[arg(long, default_value = "127.0.0.1")]
     healthz_bind_address: IpAddr,
-    /// Serve the agent's port over HTTPS with this certificate (PEM); plain HTTP without it.
+    /// Serve the agent's port over HTTPS with this certificate (PEM); required unless `--port 0`.
     #[arg(long, requires_all = ["tls_private_key_file", "client_ca_file"])]
     tls_cert_file: Option<PathBuf>,
     #[arg(long, requires = "tls_cert_file")]
@@ -330,6 +330,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         binary => kaji_agent::Backend::Runc(PathBuf::from(binary)),
     };
     config.shim_binary = std::env::current_exe().context("cannot find own executable")?;
+    if args.port != 0 && args.tls_cert_file.is_none() {
+        // Exec, attach, port-forward and logs are the node's and its pods' keys: only over TLS,
+        // and only to the apiserver's client certificate (kubelet never serves them in the clear).
+        anyhow::bail!(
+            "--port {} needs --tls-cert-file, --tls-private-key-file and --client-ca-file: the agent serves exec, attach, port-forward and logs over TLS only (--port 0 turns its server off)",
+            args.port
+        );
+    }
     config.server_addr = (args.port != 0).then_some(SocketAddr::new(args.address, args.port));
     config.healthz_addr =
         (args.healthz_port != 0).then_some(SocketAddr::new(args.healthz_bind_address, args.healthz_port));

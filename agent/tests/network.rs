@@ -64,7 +64,8 @@ impl Agent {
             .arg("--root-dir")
             .arg(&self.root)
             .args(["--cgroup-parent", &self.cgroup_parent, "--pod-network", "bridge", "--cluster-cidr", CLUSTER_CIDR])
-            .args(["--insecure-registry", registry, "--eviction-hard", "nodefs.available<0%", "--port", "10250"])
+            .args(["--insecure-registry", registry, "--eviction-hard", "nodefs.available<0%", "--port", "0"])
+            .args(["--healthz-port", "10248", "--healthz-bind-address", "0.0.0.0"])
             .env("RUST_LOG", "info,kaji_agent=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -357,7 +358,7 @@ async fn scenario(lab: &mut Lab) -> anyhow::Result<()> {
     assert_eq!(cluster.fetch("get-2", &node_a, &format!("http://{ip_a}:8080/")).await?, "hello-from-a");
     assert_eq!(cluster.fetch("get-3", &node_b, &format!("http://{ip_a}:8080/")).await?, "hello-from-a");
     // A pod reaches the other node's own address (the agent's /healthz there)...
-    assert_eq!(cluster.fetch("get-4", &node_a, &format!("http://{B_IP}:10250/healthz")).await?, "ok");
+    assert_eq!(cluster.fetch("get-4", &node_a, &format!("http://{B_IP}:10248/healthz")).await?, "ok");
     // ...and a hostPort on node b answers from node a's pods.
     assert_eq!(cluster.fetch("get-5", &node_a, &format!("http://{B_IP}:9090/")).await?, "hello-from-b");
 
