@@ -150,11 +150,11 @@ impl Reconciler {
             }
             let want = subsets(&addrs);
             if cur.get("subsets") == Some(&want) {
-                return Ok(());
+                return crate::registry::endpoints_adapter::ensure_slice(store, &cur);
             }
             cur["subsets"] = want;
             match store.update(&ep_key, &encode(&cur)?, kv.mod_revision) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return crate::registry::endpoints_adapter::ensure_slice(store, &cur),
                 // Another apiserver wrote them meanwhile: read both again.
                 Err(storage::Error::Conflict { .. } | storage::Error::NotFound(_)) => continue,
                 Err(e) => return Err(e),

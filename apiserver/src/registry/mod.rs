@@ -5,6 +5,7 @@ pub mod alloc;
 mod apply;
 mod certificates;
 mod delete;
+pub mod endpoints_adapter;
 pub mod meta;
 mod namespaces;
 pub mod pod_log;

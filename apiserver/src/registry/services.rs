@@ -275,7 +275,13 @@ pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr, endpoint_leas
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
         "subsets": [{"addresses": [{"ip": advertise.ip().to_string()}],
                      "ports": [{"name": "https", "port": advertise.port(), "protocol": "TCP"}]}]}));
-    ensure_endpoints(reg.store.as_ref(), &ep_key, &ep, endpoint_leases).map_err(ApiError::internal)
+    ensure_endpoints(reg.store.as_ref(), &ep_key, &ep, endpoint_leases).map_err(ApiError::internal)?;
+    // The slice proxies read, from what the Endpoints hold now (another apiserver's, with leases).
+    if let Some(kv) = reg.store.get(&ep_key).map_err(ApiError::internal)? {
+        let cur: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+        super::endpoints_adapter::ensure_slice(reg.store.as_ref(), &cur).map_err(ApiError::internal)?;
+    }
+    Ok(())
 }
 
 /// Create the `kubernetes` Endpoints as `ep`, or (without `endpoint_leases`) set their subsets

@@ -120,3 +120,73 @@ pub fn a_nodes_certificate_cannot_change_another_node(lab: &Lab) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     lab.kubectl(&["label", "node", &me, "e2e-touched-"]);
 }
+
+/// From a pod on every node, with the pod's own ServiceAccount token: kubectl's in-cluster config
+/// (`KUBERNETES_SERVICE_HOST`, the `kubernetes` Service's ClusterIP) and
+/// `https://kubernetes.default.svc` (cluster DNS) both reach the apiserver, verify it with the
+/// projected `ca.crt`, and list what the account's Role allows — through the `kubernetes`
+/// EndpointSlice the proxies read. The host's kubectl (a static binary) is mounted read-only.
+pub fn pods_reach_the_api_with_their_token_from_every_node(lab: &Lab, ns: &str, nodes: u8) {
+    let kubectl = std::fs::canonicalize(which_kubectl()).expect("kubectl on PATH");
+    let (dir, bin) = (
+        kubectl.parent().expect("dir").display().to_string(),
+        kubectl.file_name().expect("name").to_string_lossy().into_owned(),
+    );
+    let slice = lab.get_json(&["endpointslice", "-n", "default", "kubernetes"]);
+    assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "kubernetes", "{slice}");
+    assert_eq!(slice["ports"][0]["name"], "https", "{slice}");
+    for obj in [
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lister", "namespace": ns}}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "pod-lister", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "pod-lister", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-lister"},
+            "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}]}),
+    ] {
+        lab.apply(&obj);
+    }
+    let script = format!(
+        "k=/kubectl/{bin}; for i in $(seq 1 30); do if $k get pods -o name >/tmp/a 2>/tmp/e && \
+         $k --server https://kubernetes.default.svc get pods -o name >/tmp/b 2>>/tmp/e; then \
+         echo \"host=$KUBERNETES_SERVICE_HOST\"; cat /tmp/a /tmp/b; $k get pods -n default -o name 2>&1; exit 0; fi; sleep 1; done; cat /tmp/e; exit 1"
+    );
+    let names: Vec<String> = (1..=nodes).map(|i| format!("api-client-{i}")).collect();
+    for (i, name) in (1..=nodes).zip(&names) {
+        lab.apply(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"nodeName": Lab::node_name(i), "serviceAccountName": "lister", "restartPolicy": "Never",
+                     "terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "kubectl", "hostPath": {"path": dir, "type": "Directory"}}],
+                     "containers": [{"name": "c", "image": "kaji.local/busybox:lab", "command": ["sh", "-c", script],
+                                     "volumeMounts": [{"name": "kubectl", "mountPath": "/kubectl", "readOnly": true}]}]}
+        }));
+    }
+    for name in &names {
+        let pod = kaji_e2e::wait_for(&format!("{name} finished"), std::time::Duration::from_secs(120), || {
+            let p = lab.get_json(&["pod", "-n", ns, name]);
+            match p["status"]["phase"].as_str() {
+                Some("Succeeded" | "Failed") => Ok(p),
+                other => Err(format!("{other:?}")),
+            }
+        });
+        let logs = lab.kubectl(&["logs", "-n", ns, name]);
+        assert_eq!(pod["status"]["phase"], "Succeeded", "{name} could not list pods with its token: {logs}");
+        assert!(logs.contains("host=10.96.0.1"), "{logs}");
+        assert_eq!(logs.matches(&format!("pod/{name}\n")).count(), 2, "both addresses list the namespace: {logs}");
+        assert!(
+            logs.contains("pods is forbidden: User \"system:serviceaccount:")
+                && logs.contains("cannot list resource \"pods\" in API group \"\" in the namespace \"default\""),
+            "the Role's limit holds: {logs}"
+        );
+        lab.kubectl(&["delete", "pod", "-n", ns, name, "--wait=false"]);
+    }
+}
+
+fn which_kubectl() -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())
+        .expect("kubectl on PATH")
+}
