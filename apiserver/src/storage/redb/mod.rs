@@ -103,6 +103,12 @@ impl RedbStore {
         std::fs::create_dir_all(dir).map_err(|e| Error::Backend(format!("failed to create {}: {e}", dir.display())))?;
         let path = dir.join("kaji.redb");
         let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(backend)?;
+        // The store holds every Secret: the apiserver's alone, as etcd keeps its data dir (0700).
+        use std::os::unix::fs::PermissionsExt;
+        for (p, mode) in [(dir, 0o700), (path.as_path(), 0o600)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::Backend(format!("failed to restrict {}: {e}", p.display())))?;
+        }
         let Counters { revision, compacted, live, history } = Counters::load(&db)?;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let inner = Arc::new(Inner {
@@ -497,6 +503,19 @@ impl Store for RedbStore {
 mod tests {
     use super::codec::kv_bytes;
     use super::*;
+
+    #[test]
+    fn the_store_is_readable_by_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).expect("mkdir");
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let store = RedbStore::open(&data).expect("open");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!((mode(&data), mode(&data.join("kaji.redb"))), (0o700, 0o600));
+        drop(store);
+    }
 
     #[tokio::test]
     async fn passes_the_store_conformance_suite() {
