@@ -16,6 +16,7 @@ pub async fn up(lab: Lab, with_demo: bool, install: bool) -> Result<()> {
     deps::ensure(install)?;
     step("checking what the lab needs", async { preflight(&lab) }).await?;
     std::fs::create_dir_all(&lab.dir).with_context(|| format!("cannot create {}", lab.dir.display()))?;
+    trust_dir(&lab.dir)?;
     // Absolute, so the leftover check recognises mounts and command lines below it.
     let lab = Lab { dir: lab.dir.canonicalize()?, ..lab };
     let state = State { lab: lab.clone(), components: lab.components() };
@@ -26,6 +27,30 @@ pub async fn up(lab: Lab, with_demo: bool, install: bool) -> Result<()> {
         eprintln!("kaji lab up failed; what it started is still running: `kaji lab down --dir {dir}` removes it (logs in {dir})");
     }
     result
+}
+
+/// The lab's directory holds its CA key and admin kubeconfig, and the default one is in /tmp:
+/// another user who made it first (or a symlink in its place) would own the cluster. It must be a
+/// directory of root's that no one else may write; it is left traversable (0711) for the pods of
+/// `hostUsers: false`, whose root is nobody on the host.
+fn trust_dir(dir: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("{} is not a directory (a symlink?): refusing to use it as the lab's directory", dir.display());
+    }
+    if meta.uid() != 0 {
+        bail!(
+            "{} is owned by uid {}, not root: refusing to use it (remove it or pass --dir)",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    if meta.mode() & 0o777 != 0o711 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+            .with_context(|| format!("cannot restrict {}", dir.display()))?;
+    }
+    Ok(())
 }
 
 async fn start(state: &State, with_demo: bool) -> Result<()> {
@@ -286,5 +311,30 @@ async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
             bail!("{ready} of {want} nodes Ready after 120s (see agent-<i>.log)");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_lab_dir_someone_else_owns_or_a_symlink_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("lab");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        trust_dir(&dir).expect("root's own directory");
+        assert_eq!(std::fs::metadata(&dir).expect("stat").permissions().mode() & 0o777, 0o711, "no one else writes");
+        std::os::unix::fs::chown(&dir, Some(65534), None).expect("chown (root)");
+        let err = trust_dir(&dir).expect_err("nobody's").to_string();
+        assert!(
+            err.ends_with("is owned by uid 65534, not root: refusing to use it (remove it or pass --dir)"),
+            "{err}"
+        );
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink("/", &link).expect("symlink");
+        assert!(trust_dir(&link).expect_err("symlink").to_string().contains("not a directory (a symlink?)"));
     }
 }
