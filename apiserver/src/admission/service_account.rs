@@ -91,7 +91,15 @@ impl ServiceAccountAdmission {
         let attempts = if name == DEFAULT_ACCOUNT { 10 } else { 1 };
         for i in 0..attempts {
             if i > 0 {
-                std::thread::sleep(Duration::from_millis(150));
+                // Admission runs on the request's async worker: hand its other tasks off first
+                // (as the store's waits do), so a new namespace's pods stall nothing else.
+                let pause = || std::thread::sleep(Duration::from_millis(150));
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                        tokio::task::block_in_place(pause)
+                    }
+                    _ => pause(),
+                }
             }
             match self.store.get(&info.key(Some(ns), name)) {
                 Ok(Some(kv)) => return serde_json::from_slice(&kv.value).ok(),
