@@ -1,8 +1,9 @@
 //! Impersonation (`Impersonate-*`, `kubectl --as`) with the real binary on the plain-HTTP test
 //! port, identities from static tokens, `Node,RBAC`: a requester without `impersonate` is refused
 //! with Kubernetes' message, an allowed one runs entirely as the target (the target's rights, not
-//! its own; whoami names the target), for users, groups and ServiceAccounts, and real kubectl's
-//! `auth can-i --as` answers for the impersonated user, not the admin asking (over HTTPS).
+//! its own; whoami names the target; a node's authorizer and NodeRestriction), for users, groups,
+//! ServiceAccounts and nodes, and real kubectl's `auth can-i --as` answers for the impersonated
+//! user, not the admin asking (over HTTPS).
 
 mod common;
 
@@ -30,7 +31,14 @@ impl Api {
         let tokens = tokens.to_string_lossy().to_string();
         let server = ApiServer::start_with(
             &dir.path().join("data"),
-            &["--token-auth-file", &tokens, "--authorization-mode", "Node,RBAC"],
+            &[
+                "--token-auth-file",
+                &tokens,
+                "--authorization-mode",
+                "Node,RBAC",
+                "--enable-admission-plugins",
+                "NodeRestriction",
+            ],
         );
         let api = Self { server, _dir: dir };
         // `view` is aggregated by the controller manager, which these tests do not run.
@@ -51,7 +59,8 @@ impl Api {
         let mut all = vec![("Authorization", auth.as_str())];
         all.extend_from_slice(headers);
         let body = body.map(|b| b.to_string());
-        let (code, text) = http_with(&self.server.addr, method, path, &all, body.as_deref(), "application/json");
+        let ct = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
+        let (code, text) = http_with(&self.server.addr, method, path, &all, body.as_deref(), ct);
         (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
@@ -259,6 +268,33 @@ fn a_service_account_is_impersonated_through_the_serviceaccounts_resource() {
         v["message"],
         r#"serviceaccounts "builder" is forbidden: User "imp" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "other""#
     );
+}
+
+#[test]
+fn an_impersonated_node_is_held_to_the_node_authorizer_and_node_restriction() {
+    let api = Api::start();
+    for n in ["n1", "n2"] {
+        api.create("/api/v1/nodes", json!({"metadata": {"name": n}}));
+    }
+    api.create("/api/v1/namespaces/default/secrets", json!({"metadata": {"name": "other"}, "stringData": {"k": "v"}}));
+    // The admin may impersonate anyone; then it is only the node, admission included.
+    let n1 = [("Impersonate-User", "system:node:n1"), ("Impersonate-Group", "system:nodes")];
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    let (code, v) = api.call("root-token", &n1, "PATCH", "/api/v1/nodes/n1/status", Some(status.clone()));
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = api.call("root-token", &n1, "PATCH", "/api/v1/nodes/n2/status", Some(status));
+    assert_eq!(
+        (code, v["message"].as_str()),
+        (403, Some(r#"nodes "n2" is forbidden: node "n1" is not allowed to modify node "n2""#))
+    );
+    let (code, v) = api.call("root-token", &n1, "GET", "/api/v1/namespaces/default/secrets/other", None);
+    assert_eq!(code, 403, "{v}");
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(r#"secrets "other" is forbidden: User "system:node:n1" cannot get resource "secrets" in API group "" in the namespace "default""#),
+        "{message}"
+    );
+    assert_eq!(api.call("root-token", &[], "GET", "/api/v1/namespaces/default/secrets/other", None).0, 200);
 }
 
 /// Over HTTPS: kubectl sends a bearer token only over TLS (on the plain test port it would be
