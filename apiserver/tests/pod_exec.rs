@@ -29,6 +29,8 @@ struct Seen {
     requests: Vec<String>,
     /// What `cat` sessions got on stdin, and whether the v5 close signal ended it.
     stdin: Vec<(String, bool)>,
+    /// Every `Impersonate-*` header that reached the agent (none should: the apiserver consumes them).
+    impersonate: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -105,6 +107,8 @@ async fn exec(
     let query = query.unwrap_or_default();
     let offered = headers.get("sec-websocket-protocol").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     seen.lock().expect("lock").requests.push(format!("{method} /exec/{ns}/{pod}/{container}?{query} [{offered}]"));
+    let impersonate = headers.keys().map(|k| k.as_str()).filter(|k| k.starts_with("impersonate-")).map(String::from);
+    seen.lock().expect("lock").impersonate.extend(impersonate);
     if pod == "stopped" {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("container not found ({container:?})")).into_response();
     }
@@ -260,5 +264,15 @@ async fn exec_refusals_are_worded_as_kubernetes_words_them() -> anyhow::Result<(
     let (code, body) = common::http(&addr, "GET", "/api/v1/namespaces/default/pods/web/exec?container=x", None, "");
     assert!(code == 400 && body.contains("container x is not valid for pod web"), "{code} {body}");
     assert!(c.requests().is_empty());
+    c.server.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_headers_stop_at_the_apiserver_and_never_reach_the_agent() -> anyhow::Result<()> {
+    let c = Cluster::start().await?;
+    let args = ["--as", "jane", "--as-group", "devs", "--as-uid", "u-1", "exec", "web", "--", "echo", "hi"];
+    assert_eq!(c.kubectl(&args, "").await?, (0, "hi\n".into(), String::new()));
+    assert_eq!(c.requests().len(), 1, "the exec reached the agent");
+    assert_eq!(c.seen.lock().expect("lock").impersonate, Vec::<String>::new());
     c.server.shutdown().await
 }

@@ -1,5 +1,6 @@
 //! The security filters every request passes before any handler, in kube-apiserver's order:
-//! authentication (401 `Unauthorized` when nothing vouches for the request), then authorization
+//! authentication (401 `Unauthorized` when nothing vouches for the request), impersonation
+//! (`auth/impersonation.rs`: the identity `Impersonate-*` asks for, if the requester may), then authorization
 //! (403 with Kubernetes' `User "x" cannot ...` message). The user travels on as a request
 //! extension (`Arc<UserInfo>`), which the write path hands to admission.
 
@@ -36,6 +37,11 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
     };
     // Credentials stay here: nothing behind the filters may be tempted to pass them on.
     req.headers_mut().remove(header::AUTHORIZATION);
+    // From here on the request is whoever it may impersonate (`Impersonate-*`, then removed).
+    let user = match crate::auth::impersonation::apply(s.security.authz.as_ref(), user, &mut req) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
     let attrs = request_info::for_user(user.clone(), req.method().as_str(), req.uri().path(), req.uri().query());
     let verdict = s.security.authz.authorize(&attrs);
     if verdict.decision != Decision::Allow {
