@@ -3,6 +3,7 @@
 //! its RBAC storage, whatever the plugins).
 
 pub mod certificates;
+pub mod node_labels;
 pub mod node_restriction;
 pub mod service_account;
 
