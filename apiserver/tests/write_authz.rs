@@ -148,3 +148,37 @@ fn exec_attach_and_portforward_need_create_even_as_a_websocket_get() {
         }
     }
 }
+
+#[test]
+fn deny_service_external_ips_refuses_only_new_ones() {
+    let api = TokenApi::start(&[], &[], &["--enable-admission-plugins", "DenyServiceExternalIPs"]);
+    let services = "/api/v1/namespaces/default/services";
+    let svc = |name: &str, ips: &[&str]| json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}], "externalIPs": ips}});
+    let refused = r#"services "web" is forbidden: Use of external IPs is denied by admission control"#;
+    // Even the cluster admin: the plugin is about the field, not the writer.
+    let (code, v) = api.call("root", "POST", services, Some(svc("web", &["203.0.113.7"])));
+    assert_eq!((code, v["message"].as_str()), (403, Some(refused)), "{v}");
+    api.ok("root", "POST", services, svc("web", &[]));
+    let (code, v) =
+        api.call("root", "PATCH", &format!("{services}/web"), Some(json!({"spec": {"externalIPs": ["203.0.113.7"]}})));
+    assert_eq!((code, v["message"].as_str()), (403, Some(refused)), "{v}");
+    let v = api.ok("root", "PATCH", &format!("{services}/web"), json!({"spec": {"type": "NodePort"}}));
+    assert_eq!(v["spec"]["type"], "NodePort");
+}
+
+#[test]
+fn external_ips_a_service_already_has_may_be_kept_or_removed() {
+    // Off by default, as in Kubernetes: the Service gets its addresses.
+    let mut api = TokenApi::start(&[], &[], &[]);
+    let web = "/api/v1/namespaces/default/services/web";
+    let svc = json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}], "externalIPs": ["203.0.113.7", "203.0.113.8"]}});
+    api.ok("root", "POST", "/api/v1/namespaces/default/services", svc);
+    api.restart(&["--enable-admission-plugins", "DenyServiceExternalIPs"]);
+    let v = api.ok("root", "PATCH", web, json!({"metadata": {"labels": {"kept": "yes"}}}));
+    assert_eq!(v["spec"]["externalIPs"], json!(["203.0.113.7", "203.0.113.8"]));
+    let v = api.ok("root", "PATCH", web, json!({"spec": {"externalIPs": ["203.0.113.8"]}}));
+    assert_eq!(v["spec"]["externalIPs"], json!(["203.0.113.8"]));
+    let (code, v) =
+        api.call("root", "PATCH", web, Some(json!({"spec": {"externalIPs": ["203.0.113.8", "203.0.113.7"]}})));
+    assert_eq!(code, 403, "once removed, an address is new again: {v}");
+}
