@@ -1,9 +1,11 @@
-//! Writes that need more than their request's verb, tried by under-privileged users against the
-//! real binary: an update or server-side apply that creates needs `create` (Kubernetes'
-//! `withAuthorization` in the update and patch handlers), and exec, attach and portforward need
-//! `create` on their subresource even as a WebSocket upgrade, which arrives as GET (Kubernetes
-//! 1.35, `AuthorizePodWebsocketUpgradeCreatePermission`). Refusals are apimachinery's
-//! `NewForbidden` with RBAC's (empty) reason, as kube-apiserver answers.
+//! Writes an under-privileged writer must not get through, tried against the real binary. An
+//! update or server-side apply that creates needs `create` (Kubernetes' `withAuthorization` in the
+//! update and patch handlers); exec, attach and portforward need `create` on their subresource even
+//! as a WebSocket upgrade, which arrives as GET (Kubernetes 1.35,
+//! `AuthorizePodWebsocketUpgradeCreatePermission`) — both refused with apimachinery's
+//! `NewForbidden` and RBAC's (empty) reason, as kube-apiserver answers. DenyServiceExternalIPs
+//! refuses new Service externalIPs; CertificateSubjectRestriction refuses `system:masters` from
+//! the apiserver-client signer.
 
 mod common;
 
@@ -181,4 +183,25 @@ fn external_ips_a_service_already_has_may_be_kept_or_removed() {
     let (code, v) =
         api.call("root", "PATCH", web, Some(json!({"spec": {"externalIPs": ["203.0.113.8", "203.0.113.7"]}})));
     assert_eq!(code, 403, "once removed, an address is new again: {v}");
+}
+
+#[test]
+fn nobody_may_ask_the_apiserver_client_signer_for_system_masters() {
+    use base64::Engine;
+    let api = TokenApi::start(&[], &[], &[]);
+    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let csr = |name: &str, orgs: &[&str]| {
+        let (_, pem) = kaji_pki::csr::new_request("mallory", orgs, &[], &[]).expect("csr");
+        json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name},
+               "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem),
+                        "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}})
+    };
+    // Not even the cluster admin: whoever may create and approve one would mint cluster-admin.
+    let (code, v) = api.call("root", "POST", csrs, Some(csr("masters", &["system:masters"])));
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(
+        v["message"],
+        r#"certificatesigningrequests.certificates.k8s.io "masters" is forbidden: use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed"#
+    );
+    api.ok("root", "POST", csrs, csr("developers", &["developers"]));
 }

@@ -60,7 +60,8 @@ pub struct Deps {
 }
 
 /// The chain for `enabled` (run in Kubernetes' order whatever the order given), then the plugins
-/// every registry has (DefaultStorageClass, CertificateApproval/CertificateSigning), then the RBAC escalation check.
+/// every registry has (DefaultStorageClass, CertificateApproval/CertificateSigning,
+/// CertificateSubjectRestriction), then the RBAC escalation check.
 pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     let mut all: Vec<Arc<dyn Admission>> = Vec::new();
     for p in Plugin::ALL.iter().filter(|p| enabled.contains(p)) {
@@ -72,6 +73,7 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     }
     all.push(Arc::new(crate::auth::storage::DefaultStorageClass::new(deps.store.clone())));
     all.push(Arc::new(certificates::CertificateAdmission { authorizer: deps.authorizer.clone() }));
+    all.push(Arc::new(certificates::CertificateSubjectRestriction));
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
     Arc::new(AdmissionChain(all))
 }
