@@ -167,8 +167,15 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let (first_port, last_port) = config.service_node_port_range;
     let ports = registry::alloc::PortAllocator::new(first_port, last_port, store.clone());
     let admission = auth::admission(&store);
-    let bootstrap =
-        registry::Registry { store: store.clone(), cache: placeholder_cache(&store)?, ips, ports, admission };
+    let bootstrap = registry::Registry {
+        store: store.clone(),
+        cache: placeholder_cache(&store)?,
+        ips,
+        ports,
+        admission,
+        // Only the apiserver's own writes go through the bootstrap registry.
+        authorizer: Arc::new(auth::AlwaysAllow),
+    };
     bootstrap.bootstrap(advertise, config.endpoint_leases).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
     auth::authz::bootstrap::reconcile(&bootstrap)
         .map_err(|e| anyhow::anyhow!("failed to reconcile the default RBAC policy: {e}"))?;
@@ -186,7 +193,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
             authorizer: authz.clone(),
         },
     );
-    let registry = registry::Registry { cache: cache.clone(), admission, ..bootstrap };
+    let registry = registry::Registry { cache: cache.clone(), admission, authorizer: authz.clone(), ..bootstrap };
     // Plain HTTP is the explicit insecure port: everyone there is the insecure superuser.
     let fallback = match config.tls {
         Some(_) => auth::authn::Fallback::public_paths(),

@@ -84,7 +84,8 @@ struct Args {
     #[arg(long, value_parser = ["lease", "none"])]
     endpoint_reconciler_type: Option<String>,
     /// Comma-separated admission plugins to run: ServiceAccount (default account, projected
-    /// token volume), NodeRestriction (nodes change only their own objects). Kubernetes enables
+    /// token volume), NodeRestriction (nodes change only their own objects), DenyServiceExternalIPs
+    /// (no new Service externalIPs; off by default, as in Kubernetes). Kubernetes enables
     /// ServiceAccount by default; here it needs the controller manager's default accounts, so it
     /// is asked for (kaji lab does).
     #[arg(long, default_value = "")]

@@ -193,3 +193,40 @@ fn retry<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A TokenReview of `token` for `audiences` (none: the field left out), as the admin; its status.
+fn review(c: &Secure, token: &str, audiences: Option<&[&str]>) -> serde_json::Value {
+    let mut spec = serde_json::json!({"token": token});
+    if let Some(a) = audiences {
+        spec["audiences"] = serde_json::json!(a);
+    }
+    let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec});
+    let (done, out, err) = kubectl_in(&c.admin(), &["create", "-f", "-", "-o", "json"], Some(&body.to_string()));
+    assert!(done, "{out}{err}");
+    serde_json::from_str::<serde_json::Value>(&out).expect("json")["status"].clone()
+}
+
+#[test]
+fn a_token_review_judges_the_token_for_the_audiences_it_names() {
+    let c = start();
+    let admin = c.admin();
+    ok(&admin, &["create", "serviceaccount", "robot"]);
+    let for_a = ok(&admin, &["create", "token", "robot", "--audience", "a"]).trim().to_string();
+
+    let st = review(&c, &for_a, Some(&["b"]));
+    assert_eq!(st["authenticated"], serde_json::Value::Null, "{st}");
+    assert_eq!(st["error"], r#"token audiences ["a"] is invalid for the target audiences ["b"]"#, "{st}");
+    let st = review(&c, &for_a, Some(&["b", "a"]));
+    assert_eq!(st["authenticated"], true, "{st}");
+    assert_eq!(st["user"]["username"], "system:serviceaccount:default:robot");
+    assert_eq!(st["audiences"], serde_json::json!(["a"]));
+    // No audiences asked: the API's, which "a" is not.
+    let st = review(&c, &for_a, None);
+    assert_eq!(st["authenticated"], serde_json::Value::Null, "{st}");
+
+    // A token for the API is good for the API audiences, and says so.
+    let api = ok(&admin, &["create", "token", "robot"]).trim().to_string();
+    let st = review(&c, &api, None);
+    assert_eq!(st["audiences"], serde_json::json!(["https://kubernetes.default.svc.cluster.local"]), "{st}");
+    assert_eq!(review(&c, &api, Some(&["a"]))["authenticated"], serde_json::Value::Null);
+}

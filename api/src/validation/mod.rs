@@ -24,7 +24,7 @@ mod test_support;
 mod workloads;
 
 pub use causes::{invalid_message, BadValue, Cause};
-pub use certificates::{CsrWrite, USAGES as KEY_USAGES};
+pub use certificates::{request_organizations, CsrWrite, USAGES as KEY_USAGES};
 pub use names::{
     config_map_key_errors, dns1035_label_errors, dns1123_label_errors, dns1123_subdomain_errors, env_var_name_errors,
     label_value_errors, port_name_errors, qualified_name_errors,

@@ -1,8 +1,10 @@
-//! Admission plugins (`--enable-admission-plugins`), in Kubernetes' order: ServiceAccount, then
-//! NodeRestriction; and the RBAC escalation check every RBAC write gets (Kubernetes does it in
-//! its RBAC storage, whatever the plugins).
+//! Admission plugins (`--enable-admission-plugins`), in Kubernetes' order: ServiceAccount,
+//! NodeRestriction, then DenyServiceExternalIPs; and the RBAC escalation check every RBAC write
+//! gets (Kubernetes does it in its RBAC storage, whatever the plugins).
 
 pub mod certificates;
+pub mod deny_external_ips;
+pub mod node_labels;
 pub mod node_restriction;
 pub mod service_account;
 
@@ -18,15 +20,18 @@ use std::sync::Arc;
 pub enum Plugin {
     ServiceAccount,
     NodeRestriction,
+    DenyServiceExternalIps,
 }
 
 impl Plugin {
-    pub const ALL: &'static [Plugin] = &[Plugin::ServiceAccount, Plugin::NodeRestriction];
+    pub const ALL: &'static [Plugin] =
+        &[Plugin::ServiceAccount, Plugin::NodeRestriction, Plugin::DenyServiceExternalIps];
 
     pub fn name(self) -> &'static str {
         match self {
             Plugin::ServiceAccount => service_account::NAME,
             Plugin::NodeRestriction => node_restriction::NAME,
+            Plugin::DenyServiceExternalIps => deny_external_ips::NAME,
         }
     }
 
@@ -55,17 +60,20 @@ pub struct Deps {
 }
 
 /// The chain for `enabled` (run in Kubernetes' order whatever the order given), then the plugins
-/// every registry has (DefaultStorageClass, CertificateApproval/CertificateSigning), then the RBAC escalation check.
+/// every registry has (DefaultStorageClass, CertificateApproval/CertificateSigning,
+/// CertificateSubjectRestriction), then the RBAC escalation check.
 pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     let mut all: Vec<Arc<dyn Admission>> = Vec::new();
     for p in Plugin::ALL.iter().filter(|p| enabled.contains(p)) {
         all.push(match p {
             Plugin::ServiceAccount => Arc::new(service_account::ServiceAccountAdmission { store: deps.store.clone() }),
             Plugin::NodeRestriction => Arc::new(node_restriction::NodeRestriction { cache: deps.cache.clone() }),
+            Plugin::DenyServiceExternalIps => Arc::new(deny_external_ips::DenyServiceExternalIps),
         });
     }
     all.push(Arc::new(crate::auth::storage::DefaultStorageClass::new(deps.store.clone())));
     all.push(Arc::new(certificates::CertificateAdmission { authorizer: deps.authorizer.clone() }));
+    all.push(Arc::new(certificates::CertificateSubjectRestriction));
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
     Arc::new(AdmissionChain(all))
 }
@@ -82,6 +90,10 @@ mod tests {
         );
         assert_eq!(Plugin::parse_list(""), Ok(vec![]));
         let err = Plugin::parse_list("AlwaysPullImages").expect_err("unknown");
-        assert!(err.contains("known: ServiceAccount, NodeRestriction"), "{err}");
+        assert!(err.contains("known: ServiceAccount, NodeRestriction, DenyServiceExternalIPs"), "{err}");
+        assert_eq!(
+            Plugin::parse_list("DenyServiceExternalIPs,NodeRestriction"),
+            Ok(vec![Plugin::DenyServiceExternalIps, Plugin::NodeRestriction])
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! NodeRestriction (Kubernetes' admission plugin of that name): a node's credentials may change
-//! only its own Node (never its taints), its own Lease, the status of pods bound to it, delete
-//! pods bound to it, create only mirror pods of its own, and ask tokens only for pods bound to it.
+//! only its own Node (never its taints, nor labels outside the kubelet's set: `node_labels`), its
+//! own Lease, the status of pods bound to it, delete pods bound to it, create only mirror pods of
+//! its own, and ask tokens only for pods bound to it.
 //! Everyone else passes untouched.
 
+use super::node_labels;
 use crate::auth::authz::message::resource_forbidden;
 use crate::auth::authz::node::graph::pod_refs;
 use crate::auth::{names, Admission, AdmissionRequest, Operation};
@@ -118,11 +120,23 @@ impl NodeRestriction {
         if requested != node {
             return Err(forbid(req, obj, format!("node \"{node}\" is not allowed to modify node \"{requested}\"")));
         }
+        if req.operation == Operation::Create {
+            let refused = node_labels::forbidden(&node_labels::modified(obj, None));
+            if !refused.is_empty() {
+                let why = format!("node \"{node}\" is not allowed to set the following labels: {}", refused.join(", "));
+                return Err(forbid(req, obj, why));
+            }
+        }
         if req.operation == Operation::Update {
             let taints =
                 |v: Option<&Value>| v.and_then(|v| v.pointer("/spec/taints")).filter(|t| !t.is_null()).cloned();
             if taints(obj) != taints(req.old) {
                 return Err(forbid(req, obj, format!("node \"{node}\" is not allowed to modify taints")));
+            }
+            // Kubernetes' message names no node here.
+            let refused = node_labels::forbidden(&node_labels::modified(obj, req.old));
+            if !refused.is_empty() {
+                return Err(forbid(req, obj, format!("is not allowed to modify labels: {}", refused.join(", "))));
             }
         }
         Ok(())

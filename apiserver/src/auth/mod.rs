@@ -7,6 +7,7 @@
 
 pub mod authn;
 pub mod authz;
+pub mod compound;
 pub mod impersonation;
 pub mod request_info;
 pub mod storage;

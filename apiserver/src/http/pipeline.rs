@@ -1,13 +1,14 @@
 //! The security filters every request passes before any handler, in kube-apiserver's order:
 //! authentication (401 `Unauthorized` when nothing vouches for the request), impersonation
 //! (`auth/impersonation.rs`: the identity `Impersonate-*` asks for, if the requester may), then authorization
-//! (403 with Kubernetes' `User "x" cannot ...` message). The user travels on as a request
+//! (403 with Kubernetes' `User "x" cannot ...` message), and the second verb some requests need
+//! ([`compound::also_required`]: `create` for exec, attach and portforward). The user travels on as a request
 //! extension (`Arc<UserInfo>`), which the write path hands to admission.
 
 use super::errors::ApiError;
 use super::Shared;
 use crate::auth::authn::{self, AuthnRequest};
-use crate::auth::{request_info, Attributes, Authorizer, Decision, UserInfo};
+use crate::auth::{compound, request_info, Attributes, Authorizer, Decision, UserInfo};
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -51,6 +52,13 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
         }
         tracing::debug!(user = %user.name, verb = %attrs.verb, path = %attrs.path, reason = %verdict.reason, "forbidden");
         return forbidden(&attrs, &verdict.reason).into_response();
+    }
+    // exec, attach and portforward also need `create`, whatever the transport's verb.
+    if let Some(extra) = compound::also_required(&attrs) {
+        if let Err(e) = compound::require(&*s.security.authz, &extra) {
+            tracing::debug!(user = %user.name, verb = %extra.verb, path = %attrs.path, "forbidden");
+            return e.into_response();
+        }
     }
     req.extensions_mut().insert(user);
     next.run(req).await

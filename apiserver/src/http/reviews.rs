@@ -6,10 +6,9 @@
 use super::errors::{ApiError, ApiResult};
 use super::pipeline::Security;
 use super::{decode_body, json_response, Shared};
-use crate::auth::authn::{Authenticator as _, AuthnRequest};
 use crate::auth::{names, Attributes, AuthorizationMode, Decision, UserInfo};
 use axum::body::Bytes;
-use axum::http::{header, HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kaji_api::resources::ResourceInfo;
@@ -245,7 +244,7 @@ pub async fn serve(
             st
         }
         "SelfSubjectReview" => json!({"userInfo": user_info_json(user)}),
-        "TokenReview" => token_review(sec, &spec),
+        "TokenReview" => token_review(sec, &spec)?,
         _ => {
             return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"))
         }
@@ -254,26 +253,32 @@ pub async fn serve(
     Ok(json_response(201, &obj))
 }
 
-/// `TokenReview`: the token through the authenticators, as if it came in a request.
-fn token_review(sec: &Security, spec: &Value) -> Value {
+/// `TokenReview`: the token through the token authenticators, judged for `spec.audiences` (the
+/// API audiences when none are given). `status.audiences` says which of them the token is good
+/// for; an authenticator that answers for none of those asked is a 500, as Kubernetes'
+/// `error validating audiences`.
+fn token_review(sec: &Security, spec: &Value) -> ApiResult<Value> {
     let token = s(spec, "/token");
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
-        headers.insert(header::AUTHORIZATION, v);
+    let asked = strings(spec, "/audiences");
+    let api = &sec.authn.api_audiences;
+    let audiences = if asked.is_empty() { api.clone() } else { asked };
+    if token.is_empty() {
+        return Ok(json!({"user": {}}));
     }
-    let req = AuthnRequest { headers: &headers, path: "", client_chain: &[] };
-    let audiences = strings(spec, "/audiences");
-    match sec.authn.authenticators.authenticate(&req) {
-        Ok(Some(u)) => {
+    Ok(match sec.authn.tokens.review(token, &audiences, api) {
+        Ok((u, good)) => {
+            if !audiences.is_empty() && crate::auth::authn::intersect(&audiences, &good).is_empty() {
+                tracing::error!(want = ?audiences, got = ?good, "error validating audience");
+                return Err(ApiError::internal("error validating audiences"));
+            }
             let mut st = json!({"authenticated": true, "user": user_info_json(&u)});
-            if !audiences.is_empty() {
-                st["audiences"] = json!(audiences);
+            if !good.is_empty() {
+                st["audiences"] = json!(good);
             }
             st
         }
-        Ok(None) => json!({"user": {}}),
         Err(e) => json!({"user": {}, "error": e.0}),
-    }
+    })
 }
 
 #[cfg(test)]

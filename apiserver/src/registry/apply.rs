@@ -313,7 +313,7 @@ impl Registry {
                 sync_last_applied(&mut obj, &cfg);
             }
             let result = match &kv {
-                None => self.create(info, ns, obj, &inner).await,
+                None => self.create_via(info, ns, obj, &inner, super::CreateVia::Update).await,
                 // Nothing changed, not even ownership: no write, no new resourceVersion.
                 Some(_) if obj == live => return Ok(Outcome { code: 200, body: live, warnings }),
                 Some(kv) => self.write_update(info, ns, name, obj, &live, kv, sub, &inner),

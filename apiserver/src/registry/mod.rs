@@ -14,7 +14,7 @@ mod scale;
 pub(crate) mod services;
 mod volumes;
 
-use crate::auth::{Admission, AdmissionRequest, Operation, UserInfo};
+use crate::auth::{compound, Admission, AdmissionRequest, Authorizer, Operation, UserInfo};
 use crate::cache::Cache;
 use crate::http::errors::{ApiError, ApiResult};
 use crate::storage::{self, KeyValue, Store};
@@ -128,6 +128,16 @@ pub struct Registry {
     pub ports: alloc::PortAllocator,
     /// The admission plugins every write passes (mutating after defaulting, validating last).
     pub admission: Arc<dyn Admission>,
+    /// Asked once more when an update or apply turns out to create: the writer needs `create`.
+    pub authorizer: Arc<dyn Authorizer>,
+}
+
+/// How a create came about: a POST, or an update or apply of a name that did not exist (which
+/// needs `create` authorization besides the request's own verb, as Kubernetes' handlers check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CreateVia {
+    Post,
+    Update,
 }
 
 /// A stored object as the API shows it: its JSON with `resourceVersion` set.
@@ -263,8 +273,22 @@ impl Registry {
         &self,
         info: &'static ResourceInfo,
         ns: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Outcome> {
+        self.create_via(info, ns, body, opts, CreateVia::Post).await
+    }
+
+    /// A create, authorized for `create` here when it came through an update or apply: after
+    /// mutating admission and validation, before validating admission, where Kubernetes' store
+    /// calls the handler's `createValidation`.
+    pub(crate) async fn create_via(
+        &self,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
         mut body: Value,
         opts: &WriteOptions,
+        via: CreateVia,
     ) -> ApiResult<Outcome> {
         Self::check_type(info, info.kind, &info.api_version(), &mut body)?;
         let warnings = self.check_schema(info.kind, &mut body, opts.field_validation)?;
@@ -345,6 +369,9 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info.group, info.kind, &name, &causes));
         }
+        if via == CreateVia::Update {
+            compound::require(&*self.authorizer, &compound::create_on_update(opts.user.clone(), info, ns, &name))?;
+        }
         self.admission.validate(&req, Some(&body))?;
         let sent = meta_mut(&mut body).remove("managedFields");
         apply::track(info, &name, None, &mut body, sent, None, opts)?;
@@ -393,7 +420,7 @@ impl Registry {
         let (old, kv) = match self.get_raw(info, ns, name) {
             Ok(x) => x,
             Err(e) if e.code == 404 && info.create_on_update && sub.is_none() => {
-                let mut out = self.create(info, ns, body, opts).await?;
+                let mut out = self.create_via(info, ns, body, opts, CreateVia::Update).await?;
                 out.warnings.splice(0..0, warnings);
                 return Ok(out);
             }

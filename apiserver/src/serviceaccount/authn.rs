@@ -7,7 +7,7 @@
 
 use super::token::{Claims, ObjectRef};
 use super::Tokens;
-use crate::auth::authn::{AuthnError, AuthnResult, TokenAuthenticator};
+use crate::auth::authn::{intersect, AudienceResult, AuthnError, AuthnResult, TokenAuthenticator};
 use crate::auth::UserInfo;
 use crate::cache::Cache;
 use serde_json::Value;
@@ -36,10 +36,11 @@ impl ServiceAccountTokens {
     }
 }
 
-impl TokenAuthenticator for ServiceAccountTokens {
-    fn authenticate_token(&self, token: &str) -> AuthnResult {
+impl ServiceAccountTokens {
+    /// The token's user and the audiences it names among `audiences`.
+    fn judge_for(&self, token: &str, audiences: &[String]) -> AudienceResult {
         let now = jiff::Timestamp::now();
-        let claims = match self.tokens.issuer.check(token, now.as_second()) {
+        let claims = match self.tokens.issuer.check_for(token, now.as_second(), audiences) {
             Ok(None) => return Ok(None),
             Ok(Some(c)) => c,
             Err(why) => return Err(AuthnError(why)),
@@ -48,10 +49,23 @@ impl TokenAuthenticator for ServiceAccountTokens {
         let sa = self.lookup("ServiceAccount", &k.namespace, &k.serviceaccount.name);
         let pod = k.pod.as_ref().and_then(|p| self.lookup("Pod", &k.namespace, &p.name));
         let secret = k.secret.as_ref().and_then(|s| self.lookup("Secret", &k.namespace, &s.name));
-        judge(&claims, sa.as_ref(), pod.as_ref(), secret.as_ref(), now).map(Some).map_err(|why| {
+        let user = judge(&claims, sa.as_ref(), pod.as_ref(), secret.as_ref(), now).map_err(|why| {
             tracing::info!(user = %super::token::username(&k.namespace, &k.serviceaccount.name), "service account token refused: {why}");
             AuthnError(why)
-        })
+        })?;
+        Ok(Some((user, intersect(&claims.audiences, audiences))))
+    }
+}
+
+impl TokenAuthenticator for ServiceAccountTokens {
+    fn authenticate_token(&self, token: &str) -> AuthnResult {
+        Ok(self.judge_for(token, &self.tokens.issuer.api_audiences)?.map(|(user, _)| user))
+    }
+
+    /// Judged for the audiences asked, not the API's: a token made for another audience (a
+    /// vault, say) is what its relying party reviews.
+    fn authenticate_for(&self, token: &str, audiences: &[String], _api: &[String]) -> AudienceResult {
+        self.judge_for(token, audiences)
     }
 }
 

@@ -111,8 +111,14 @@ impl Issuer {
     }
 
     /// `Ok(None)` when the token is not a JWT of this issuer (another authenticator may know it);
-    /// an error when it is ours but invalid (bad signature, expired, wrong audience).
+    /// an error when it is ours but invalid (bad signature, expired, not for the API audiences).
     pub fn check(&self, token: &str, now: i64) -> Result<Option<Claims>, String> {
+        self.check_for(token, now, &self.api_audiences)
+    }
+
+    /// [`check`](Self::check) for the audiences a TokenReview asks: the token must name one of
+    /// them (Kubernetes' `jwtTokenAuthenticator` with audiences in its context).
+    pub fn check_for(&self, token: &str, now: i64, audiences: &[String]) -> Result<Option<Claims>, String> {
         if token.matches('.').count() != 2 {
             return Ok(None);
         }
@@ -133,14 +139,14 @@ impl Issuer {
         let mut last = "no key matches the token's key ID".to_string();
         for k in keys {
             match jsonwebtoken::decode::<RawClaims>(token, &k.decoding_key(), &v) {
-                Ok(data) => return self.validate(data.claims, now).map(Some),
+                Ok(data) => return self.validate(data.claims, now, audiences).map(Some),
                 Err(e) => last = e.to_string(),
             }
         }
         Err(format!("invalid token: {last}"))
     }
 
-    fn validate(&self, c: RawClaims, now: i64) -> Result<Claims, String> {
+    fn validate(&self, c: RawClaims, now: i64, audiences: &[String]) -> Result<Claims, String> {
         // Kubernetes' jwt validation allows a minute of clock skew.
         const LEEWAY: i64 = 60;
         if now > c.exp + LEEWAY {
@@ -150,11 +156,8 @@ impl Issuer {
             return Err("service account token is not valid yet".into());
         }
         let aud = c.aud.list();
-        if !aud.iter().any(|a| self.api_audiences.contains(a)) {
-            return Err(format!(
-                "token audiences {aud:?} is invalid for the target audiences {:?}",
-                self.api_audiences
-            ));
+        if !aud.iter().any(|a| audiences.contains(a)) {
+            return Err(format!("token audiences {aud:?} is invalid for the target audiences {audiences:?}"));
         }
         if c.sub != username(&c.kubernetes.namespace, &c.kubernetes.serviceaccount.name) {
             return Err("the token's subject does not match its service account".into());

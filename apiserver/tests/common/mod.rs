@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod secure;
+pub mod tokens;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -263,6 +263,21 @@ fn check_request(pem_bytes: &[u8]) -> Result<(), String> {
     }
 }
 
+/// Every `O` of the request's subject, in order, repeats kept (`ParseCSR(...).Subject.Organization`):
+/// `spec.request` as the API carries it, base64 of a PEM `CERTIFICATE REQUEST`.
+pub fn request_organizations(request_b64: &str) -> Result<Vec<String>, String> {
+    let pem_bytes = base64::engine::general_purpose::STANDARD.decode(request_b64).map_err(|e| e.to_string())?;
+    let block = match x509_parser::pem::Pem::iter_from_buffer(&pem_bytes).next() {
+        Some(Ok(p)) if p.label == "CERTIFICATE REQUEST" => p,
+        _ => return Err("PEM block type must be CERTIFICATE REQUEST".into()),
+    };
+    use x509_parser::prelude::FromDer;
+    let (_, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
+        .map_err(|e| format!("x509: invalid certificate request: {e}"))?;
+    let subject = &csr.certification_request_info.subject;
+    subject.iter_organization().map(|o| o.as_str().map(str::to_string).map_err(|e| e.to_string())).collect()
+}
+
 /// `validateCertificate`: empty, or only CERTIFICATE blocks each holding a certificate.
 fn certificate_error(pem_bytes: &[u8]) -> Option<String> {
     if pem_bytes.is_empty() {

@@ -74,14 +74,16 @@ pub fn chain(config: &Config, fallback: Fallback, cache: &Arc<crate::cache::Cach
         let pem = kaji_pki::files::read(path).map_err(ca_err)?;
         authenticators.push(Arc::new(x509::X509::new(&pem).map_err(ca_err)?));
     }
-    if !tokens.is_empty() {
-        authenticators.push(Arc::new(BearerToken(tokens)));
+    let tokens = Arc::new(BearerToken(tokens));
+    if !tokens.0.is_empty() {
+        authenticators.push(tokens.clone());
     }
     let fallback = match fallback {
         Fallback::Anonymous { .. } if !config.anonymous => Fallback::None,
         other => other,
     };
-    Ok(Chain { authenticators: Union(authenticators), fallback })
+    let api_audiences = config.service_accounts.as_ref().map(|t| t.issuer.api_audiences.clone()).unwrap_or_default();
+    Ok(Chain { authenticators: Union(authenticators), tokens, api_audiences, fallback })
 }
 
 /// What an authenticator may look at.
@@ -107,10 +109,30 @@ pub trait Authenticator: Send + Sync {
     fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnResult;
 }
 
+/// A token judged for a set of audiences: its user and the audiences it is good for.
+pub type AudienceResult = Result<Option<(UserInfo, Vec<String>)>, AuthnError>;
+
 /// Authenticates a bearer token (Kubernetes' `authenticator.Token`). Token authenticators are
 /// tried in order; one that does not recognise a token's format answers `Ok(None)`.
 pub trait TokenAuthenticator: Send + Sync {
     fn authenticate_token(&self, token: &str) -> AuthnResult;
+
+    /// The token judged for `audiences` (a TokenReview's; Kubernetes' `WithAudiences`), `api`
+    /// being the apiserver's own. An authenticator that knows no audiences (this default,
+    /// Kubernetes' `WrapAudienceAgnosticToken`) speaks for the API audiences only: asked for none
+    /// of them it does not know the token.
+    fn authenticate_for(&self, token: &str, audiences: &[String], api: &[String]) -> AudienceResult {
+        let good = intersect(api, audiences);
+        if !api.is_empty() && good.is_empty() {
+            return Ok(None);
+        }
+        Ok(self.authenticate_token(token)?.map(|u| (u, good)))
+    }
+}
+
+/// The audiences of `a` that `b` also names, in `a`'s order (`authenticator.Audiences.Intersect`).
+pub fn intersect(a: &[String], b: &[String]) -> Vec<String> {
+    a.iter().filter(|x| b.contains(x)).cloned().collect()
 }
 
 /// The first user any authenticator finds; errors are kept and returned only if none does.
@@ -138,13 +160,16 @@ impl Authenticator for Union {
 /// recognises is an error ("invalid bearer token"), so it never falls back to anonymous.
 pub struct BearerToken(pub Vec<Arc<dyn TokenAuthenticator>>);
 
-impl Authenticator for BearerToken {
-    fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnResult {
-        let Some(token) = bearer_token(req.headers) else { return Ok(None) };
+impl BearerToken {
+    /// The first authenticator's answer for `token`; the errors of all of them if none knows it.
+    fn first<T>(
+        &self,
+        mut each: impl FnMut(&dyn TokenAuthenticator) -> Result<Option<T>, AuthnError>,
+    ) -> Result<T, AuthnError> {
         let mut errors = Vec::new();
         for a in &self.0 {
-            match a.authenticate_token(token) {
-                Ok(Some(u)) => return Ok(Some(u)),
+            match each(a.as_ref()) {
+                Ok(Some(found)) => return Ok(found),
                 Ok(None) => {}
                 Err(e) => errors.push(e.0),
             }
@@ -153,6 +178,23 @@ impl Authenticator for BearerToken {
             errors.push("invalid bearer token".into());
         }
         Err(AuthnError(errors.join(", ")))
+    }
+
+    /// A TokenReview's question: `token` for `audiences` (see [`TokenAuthenticator::authenticate_for`]).
+    pub fn review(
+        &self,
+        token: &str,
+        audiences: &[String],
+        api: &[String],
+    ) -> Result<(UserInfo, Vec<String>), AuthnError> {
+        self.first(|a| a.authenticate_for(token, audiences, api))
+    }
+}
+
+impl Authenticator for BearerToken {
+    fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnResult {
+        let Some(token) = bearer_token(req.headers) else { return Ok(None) };
+        self.first(|a| a.authenticate_token(token)).map(Some)
     }
 }
 
@@ -189,6 +231,10 @@ impl Fallback {
 /// authenticator refused the credentials it was given.
 pub struct Chain {
     pub authenticators: Union,
+    /// The bearer token authenticators alone, for TokenReview.
+    pub tokens: Arc<BearerToken>,
+    /// `--api-audiences`: what a token is judged for when no audience is asked.
+    pub api_audiences: Vec<String>,
     pub fallback: Fallback,
 }
 
@@ -228,7 +274,18 @@ mod tests {
     }
 
     fn chain(fallback: Fallback) -> Chain {
-        Chain { authenticators: Union(vec![Arc::new(BearerToken(vec![Arc::new(Tokens)]))]), fallback }
+        let tokens = Arc::new(BearerToken(vec![Arc::new(Tokens)]));
+        Chain { authenticators: Union(vec![tokens.clone()]), tokens, api_audiences: vec![], fallback }
+    }
+
+    #[test]
+    fn a_token_without_audiences_speaks_only_for_the_api_audiences() {
+        let api = ["https://kubernetes.default.svc".to_string()];
+        let (user, auds) = Tokens.authenticate_for("good", &api, &api).expect("ok").expect("known");
+        assert_eq!((user.name.as_str(), auds), ("alice", api.to_vec()));
+        assert_eq!(Tokens.authenticate_for("good", &["vault".to_string()], &api), Ok(None));
+        let b = BearerToken(vec![Arc::new(Tokens)]);
+        assert_eq!(b.review("good", &["vault".to_string()], &api), Err(AuthnError("invalid bearer token".into())));
     }
 
     fn auth(chain: &Chain, authorization: Option<&str>, path: &str) -> AuthnResult {
