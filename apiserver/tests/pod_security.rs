@@ -297,3 +297,31 @@ fn a_bad_admission_configuration_stops_the_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("defaults.enforce: Invalid value: \"strict\""), "{err}");
 }
+
+#[test]
+fn kubectl_prints_the_refusal_and_the_warnings_as_against_kubernetes() {
+    let (_d, s) = start(&[]);
+    let k = common::Kubectl::new(&s);
+    k.ok(&["create", "namespace", "apps"]);
+    let out = k.ok(&[
+        "label",
+        "namespace",
+        "apps",
+        "pod-security.kubernetes.io/enforce=baseline",
+        "pod-security.kubernetes.io/warn=restricted",
+    ]);
+    assert!(out.contains("namespace/apps labeled"), "{out}");
+    let refused = k.run(&["run", "priv", "-n", "apps", "--image=busybox", "--privileged"]);
+    assert!(!refused.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim(),
+        r#"Error from server (Forbidden): pods "priv" is forbidden: violates PodSecurity "baseline:latest": privileged (container "priv" must not set securityContext.privileged=true)"#
+    );
+    let admitted = k.run(&["create", "deployment", "web", "-n", "apps", "--image=nginx"]);
+    assert!(admitted.status.success(), "{}", String::from_utf8_lossy(&admitted.stderr));
+    let stderr = String::from_utf8_lossy(&admitted.stderr);
+    assert!(
+        stderr.starts_with(r#"Warning: would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "nginx" must set securityContext.allowPrivilegeEscalation=false)"#),
+        "{stderr}"
+    );
+}
