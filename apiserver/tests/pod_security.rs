@@ -271,13 +271,15 @@ fn a_configured_default_of_baseline_refuses_privileged_pods_outside_the_exemptio
 
 #[test]
 fn an_exempt_username_is_never_judged() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // Everyone on the insecure port is system:unsecured.
-    let file = admission_config(dir.path(), "      usernames: [\"system:unsecured\"]\n");
-    let s = ApiServer::start_with(&dir.path().join("data"), &["--admission-control-config-file", &file]);
-    namespace(&s, "apps", json!({"pod-security.kubernetes.io/enforce": "restricted"}));
-    let (code, _, body) = create_pod(&s, "apps", "priv", privileged());
-    assert_eq!(code, 201, "{body}");
+    // Everyone on the insecure port is system:unsecured: exempt it, then exempt someone else.
+    for (user, want) in [("system:unsecured", 201), ("system:someone-else", 403)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = admission_config(dir.path(), &format!("      usernames: [\"{user}\"]\n"));
+        let s = ApiServer::start_with(&dir.path().join("data"), &["--admission-control-config-file", &file]);
+        namespace(&s, "apps", json!({"pod-security.kubernetes.io/enforce": "restricted"}));
+        let (code, _, body) = create_pod(&s, "apps", "priv", privileged());
+        assert_eq!(code, want, "exempt {user}: {body}");
+    }
 }
 
 #[test]
