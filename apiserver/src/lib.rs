@@ -59,6 +59,8 @@ pub struct Config {
     pub endpoint_leases: bool,
     /// `--enable-admission-plugins` (run in Kubernetes' order).
     pub admission_plugins: Vec<admission::Plugin>,
+    /// PodSecurity's defaults and exemptions, from `--admission-control-config-file`.
+    pub pod_security: admission::pod_security::config::Config,
     /// HTTPS with this certificate (chain) and key; None: plain HTTP, the insecure port.
     pub tls: Option<Serving>,
     /// How to reach the nodes' agents: None is plain HTTP (test agents).
@@ -118,6 +120,7 @@ impl Config {
             advertise_address: None,
             endpoint_leases: false,
             admission_plugins: Vec::new(),
+            pod_security: Default::default(),
             tls: None,
             kubelet_tls: None,
             encryption_provider_config: None,
@@ -191,6 +194,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
             cache: cache.clone(),
             rbac: parts.rbac.clone(),
             authorizer: authz.clone(),
+            pod_security: config.pod_security.clone(),
         },
     );
     let registry = registry::Registry { cache: cache.clone(), admission, authorizer: authz.clone(), ..bootstrap };

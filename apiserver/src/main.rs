@@ -139,6 +139,11 @@ struct Args {
     /// names are encrypted at rest with its first provider (aesgcm or identity); reads try all.
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// An AdmissionConfiguration (apiserver.config.k8s.io/v1, YAML or JSON); its `PodSecurity`
+    /// entry (a PodSecurityConfiguration, inline or by path) sets the cluster's default levels
+    /// and exemptions.
+    #[arg(long)]
+    admission_control_config_file: Option<PathBuf>,
     /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).
     #[arg(long, default_value_t = 10)]
     agent_timeout: u64,
@@ -244,6 +249,10 @@ async fn main() -> anyhow::Result<()> {
             .context("--etcd-compaction-interval")?;
     }
     config.encryption_provider_config = args.encryption_provider_config;
+    if let Some(f) = &args.admission_control_config_file {
+        config.pod_security = kaji_apiserver::admission::pod_security::config::Config::load(f)
+            .context("--admission-control-config-file")?;
+    }
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;

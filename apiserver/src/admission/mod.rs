@@ -6,6 +6,7 @@ pub mod certificates;
 pub mod deny_external_ips;
 pub mod node_labels;
 pub mod node_restriction;
+pub mod pod_security;
 pub mod service_account;
 
 use crate::auth::authz::rbac::escalation::RbacEscalation;
@@ -57,6 +58,8 @@ pub struct Deps {
     pub cache: Arc<Cache>,
     pub rbac: Arc<Rbac>,
     pub authorizer: Arc<dyn Authorizer>,
+    /// PodSecurity's defaults and exemptions (`--admission-control-config-file`).
+    pub pod_security: pod_security::config::Config,
 }
 
 /// The chain for `enabled` (run in Kubernetes' order whatever the order given), then the plugins
@@ -71,6 +74,8 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
             Plugin::DenyServiceExternalIps => Arc::new(deny_external_ips::DenyServiceExternalIps),
         });
     }
+    // On by default, as in Kubernetes; privileged unless configured or labelled, so inert until then.
+    all.push(Arc::new(pod_security::PodSecurity { store: deps.store.clone(), config: deps.pod_security.clone() }));
     all.push(Arc::new(crate::auth::storage::DefaultStorageClass::new(deps.store.clone())));
     all.push(Arc::new(certificates::CertificateAdmission { authorizer: deps.authorizer.clone() }));
     all.push(Arc::new(certificates::CertificateSubjectRestriction));

@@ -315,6 +315,11 @@ pub trait Admission: Send + Sync {
     fn validate(&self, _req: &AdmissionRequest<'_>, _object: Option<&Value>) -> ApiResult<()> {
         Ok(())
     }
+
+    /// `Warning` headers for a write `validate` let through (PodSecurity's warn mode).
+    fn warnings(&self, _req: &AdmissionRequest<'_>, _object: Option<&Value>) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Plugins in order; every mutating phase before every validating one, as Kubernetes runs them.
@@ -334,6 +339,10 @@ impl Admission for AdmissionChain {
             p.validate(req, object)?;
         }
         Ok(())
+    }
+
+    fn warnings(&self, req: &AdmissionRequest<'_>, object: Option<&Value>) -> Vec<String> {
+        self.0.iter().flat_map(|p| p.warnings(req, object)).collect()
     }
 }
 

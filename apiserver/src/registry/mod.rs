@@ -373,6 +373,8 @@ impl Registry {
             compound::require(&*self.authorizer, &compound::create_on_update(opts.user.clone(), info, ns, &name))?;
         }
         self.admission.validate(&req, Some(&body))?;
+        let mut warnings = warnings;
+        warnings.extend(self.admission.warnings(&req, Some(&body)));
         let sent = meta_mut(&mut body).remove("managedFields");
         apply::track(info, &name, None, &mut body, sent, None, opts)?;
         let allocated = if info.kind == "Service" { Some(services::allocate(self, &mut body, None)?) } else { None };
@@ -526,6 +528,7 @@ impl Registry {
             return Err(ApiError::invalid(info.group, info.kind, name, &causes));
         }
         self.admission.validate(&req, Some(&new))?;
+        let warnings = self.admission.warnings(&req, Some(&new));
         apply::track(info, name, Some(old), &mut new, sent, sub, opts)?;
         let allocated = if info.kind == "Service" && sub.is_none() {
             Some(services::allocate(self, &mut new, Some(old))?)
@@ -536,7 +539,7 @@ impl Registry {
             if let Some(a) = allocated {
                 a.release(self);
             }
-            return Ok(Outcome { code: 200, body: with_rv(new, kv.mod_revision), warnings: vec![] });
+            return Ok(Outcome { code: 200, body: with_rv(new, kv.mod_revision), warnings });
         }
         // Removing the last finalizer of an object being deleted completes the deletion.
         if meta::is_deleting(&new)
@@ -552,7 +555,7 @@ impl Registry {
                 .map_err(|e| self.store_err(info, name, e))?;
             let (drev, _) = self.store.delete(&key, Some(rev)).map_err(|e| self.store_err(info, name, e))?;
             self.after_delete(info, &new);
-            return Ok(Outcome { code: 200, body: with_rv(new, drev), warnings: vec![] });
+            return Ok(Outcome { code: 200, body: with_rv(new, drev), warnings });
         }
         // A write that changes nothing is not written (no new resourceVersion, no watch event):
         // the answer is the stored object, as Kubernetes' GuaranteedUpdate does — unless what is
@@ -561,7 +564,7 @@ impl Registry {
             if let Some(a) = allocated {
                 a.release(self);
             }
-            return Ok(Outcome { code: 200, body: old.clone(), warnings: vec![] });
+            return Ok(Outcome { code: 200, body: old.clone(), warnings });
         }
         let bytes = encode_for_store(&new)?;
         match self.store.update(&info.key(ns, name), &bytes, kv.mod_revision) {
@@ -569,7 +572,7 @@ impl Registry {
                 if let Some(a) = allocated {
                     a.commit(self);
                 }
-                Ok(Outcome { code: 200, body: with_rv(new, rev), warnings: vec![] })
+                Ok(Outcome { code: 200, body: with_rv(new, rev), warnings })
             }
             Err(err) => {
                 if let Some(a) = allocated {
