@@ -1,9 +1,11 @@
 //! The security filters every request passes before any handler, in kube-apiserver's order:
 //! authentication (401 `Unauthorized` when nothing vouches for the request), then authorization
 //! (403 with Kubernetes' `User "x" cannot ...` message). The user travels on as a request
-//! extension (`Arc<UserInfo>`), which the write path hands to admission.
+//! extension (`Arc<UserInfo>`), which the write path hands to admission. Between the two, the
+//! in-flight limit (429); around the handler, the timeout of requests that are not long-running.
 
 use super::errors::ApiError;
+use super::limits;
 use super::Shared;
 use crate::auth::authn::{self, AuthnRequest};
 use crate::auth::{request_info, Attributes, Authorizer, Decision, UserInfo};
@@ -37,6 +39,18 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
     // Credentials stay here: nothing behind the filters may be tempted to pass them on.
     req.headers_mut().remove(header::AUTHORIZATION);
     let attrs = request_info::for_user(user.clone(), req.method().as_str(), req.uri().path(), req.uri().query());
+    // kube-apiserver's maxinflight filter sits here, after authentication and before authorization.
+    let long_running = limits::long_running(&attrs);
+    let permit = match long_running {
+        true => None,
+        false => match s.inflight.admit(&attrs) {
+            Some(p) => Some(p),
+            None => {
+                tracing::debug!(user = %user.name, verb = %attrs.verb, path = %attrs.path, "too many requests in flight");
+                return limits::too_many_requests();
+            }
+        },
+    };
     let verdict = s.security.authz.authorize(&attrs);
     if verdict.decision != Decision::Allow {
         if let Some(err) = verdict.error {
@@ -47,7 +61,15 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
         return forbidden(&attrs, &verdict.reason).into_response();
     }
     req.extensions_mut().insert(user);
-    next.run(req).await
+    let timeout = s.limits.request_timeout;
+    if long_running || timeout.is_zero() {
+        return next.run(req).await;
+    }
+    limits::within(timeout, async move {
+        let _slot = permit;
+        next.run(req).await
+    })
+    .await
 }
 
 fn unauthorized(why: Option<&authn::AuthnError>) -> Response {
