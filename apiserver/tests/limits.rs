@@ -341,9 +341,25 @@ async fn connections_that_stall_their_headers_or_idle_are_closed() {
         let n = idle.read(&mut buf).expect("the answer");
         assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"), "served while active");
         assert!(closed_by_server(idle, Duration::from_secs(10)), "an idle connection is dropped");
-        // Clients that finish their requests are served as ever.
-        let (code, _) = http(&addr, "GET", "/api/v1/namespaces", None, "");
-        assert_eq!(code, 200);
+        // A watch is no idle connection: it streams past the timeout.
+        let mut watch = TcpStream::connect(&addr).expect("connect");
+        watch.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+        write!(watch, "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("send");
+        std::thread::sleep(Duration::from_millis(2500));
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}});
+        let (code, body) =
+            http(&addr, "POST", "/api/v1/namespaces/default/configmaps", Some(&cm.to_string()), "application/json");
+        assert_eq!(code, 201, "clients that finish their requests are served as ever: {body}");
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !String::from_utf8_lossy(&seen).contains("\"name\":\"late\"") {
+            assert!(Instant::now() < deadline, "the watch never saw the ConfigMap");
+            let mut buf = [0u8; 4096];
+            let n = watch.read(&mut buf).expect("the watch is still open");
+            assert!(n > 0, "the watch was closed");
+            seen.extend_from_slice(&buf[..n]);
+        }
     })
     .await;
     server.shutdown().await.expect("stops");
