@@ -69,6 +69,9 @@ pub struct Config {
     pub encryption_provider_config: Option<PathBuf>,
     /// `--service-account-*`: the keys, issuer and audiences of ServiceAccount tokens.
     pub service_accounts: serviceaccount::Config,
+    /// `--max-request-body-bytes`, `--max-requests-inflight`, `--max-mutating-requests-inflight`,
+    /// `--request-timeout`, and how long a connection may take to send its headers.
+    pub limits: http::limits::Limits,
 }
 
 /// `--tls-cert-file` and `--tls-private-key-file`.
@@ -125,6 +128,7 @@ impl Config {
             kubelet_tls: None,
             encryption_provider_config: None,
             service_accounts: serviceaccount::Config::default(),
+            limits: http::limits::Limits::default(),
         }
     }
 }
@@ -178,6 +182,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         admission,
         // Only the apiserver's own writes go through the bootstrap registry.
         authorizer: Arc::new(auth::AlwaysAllow),
+        max_request_body_bytes: config.limits.max_request_body_bytes,
     };
     bootstrap.bootstrap(advertise, config.endpoint_leases).map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
     auth::authz::bootstrap::reconcile(&bootstrap)
@@ -218,6 +223,8 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         shutdown: shutdown.clone(),
         advertise: advertise.to_string(),
         service_account_tokens: sa_tokens,
+        limits: config.limits,
+        inflight: http::limits::Inflight::new(&config.limits),
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
     spawn_allocator_repair(state.clone(), shutdown.clone());
@@ -226,8 +233,9 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     event_ttl::spawn(store.clone(), config.event_ttl, sweep, shutdown.clone());
     let peers = config.endpoint_leases.then(|| spawn_endpoint_reconciler(state.clone(), advertise, shutdown.clone()));
     let app = http::router(state);
+    let header_read_timeout = config.limits.header_read_timeout;
     let served = match &config.tls {
-        None => tokio::spawn(serve(listener, app, shutdown.clone())),
+        None => tokio::spawn(serve(listener, app, header_read_timeout, shutdown.clone())),
         Some(tls) => {
             let ca = config.authentication.client_ca_file.as_deref().map(kaji_pki::files::read).transpose()?;
             let client_auth = match ca {
@@ -241,7 +249,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
             )
             .context("failed to set up TLS")?;
             let listener = kaji_pki::listener::TlsListener::new(listener, server_config)?;
-            tokio::spawn(serve(listener, app, shutdown.clone()))
+            tokio::spawn(serve(listener, app, header_read_timeout, shutdown.clone()))
         }
     };
     let task = tokio::spawn(async move {
@@ -291,19 +299,15 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<dyn storage::Store>> {
 async fn serve<L>(
     listener: L,
     app: axum::Router,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    header_read_timeout: Duration,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()>
 where
     L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-    for<'a> kaji_pki::listener::Peer: axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
+    L::Addr: http::serve::IntoPeer,
 {
-    axum::serve(listener, app.into_make_service_with_connect_info::<kaji_pki::listener::Peer>())
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|s| *s).await;
-        })
-        .await
-        .context("server failed")
+    http::serve::serve(listener, app, header_read_timeout, shutdown).await;
+    Ok(())
 }
 
 /// The bootstrap registry writes straight to the store; its cache is never read.

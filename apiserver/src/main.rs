@@ -147,6 +147,20 @@ struct Args {
     /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).
     #[arg(long, default_value_t = 10)]
     agent_timeout: u64,
+    /// The largest request body accepted (larger: 413); also the bytes all `copy` operations of
+    /// one JSON patch may add. 0: no limit.
+    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    max_request_body_bytes: usize,
+    /// Most read-only requests served at once (long-running ones aside); over it, 429. 0: no limit.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Most mutating requests served at once; over it, 429. 0: no limit.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+    /// How long a request that is not long-running (watch, exec, attach, port-forward, logs)
+    /// may take before it is answered 504 Timeout (1m0s, 30s).
+    #[arg(long, default_value = "1m0s")]
+    request_timeout: String,
     /// Write the bound address (host:port) to this file once listening.
     #[arg(long)]
     address_file: Option<PathBuf>,
@@ -253,6 +267,12 @@ async fn main() -> anyhow::Result<()> {
         config.pod_security = kaji_apiserver::admission::pod_security::config::Config::load(f)
             .context("--admission-control-config-file")?;
     }
+    config.limits.max_request_body_bytes = args.max_request_body_bytes;
+    config.limits.max_requests_inflight = args.max_requests_inflight;
+    config.limits.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
+    config.limits.request_timeout = kaji_component::duration::parse_duration(&args.request_timeout)
+        .map_err(anyhow::Error::msg)
+        .context("--request-timeout")?;
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;

@@ -31,8 +31,16 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
+/// `apiserver_current_inflight_requests`' label: `readOnly` or `mutating`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InflightLabels {
+    pub request_kind: String,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// Requests being served now that the in-flight limits count.
+    pub inflight: Family<InflightLabels, Gauge>,
     pub requests: Family<RequestLabels, Counter>,
     pub duration: Family<DurationLabels, Histogram>,
     pub watchers: Gauge,
@@ -52,6 +60,12 @@ impl Default for Metrics {
         });
         let watchers = Gauge::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
+        let inflight = Family::<InflightLabels, Gauge>::default();
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "Number of requests being served now, of those the in-flight limits count, by kind",
+            inflight.clone(),
+        );
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests by verb, resource, subresource and HTTP code",
@@ -82,6 +96,7 @@ impl Default for Metrics {
         );
         Self {
             registry: Mutex::new(registry),
+            inflight,
             requests,
             duration,
             watchers,
@@ -110,6 +125,12 @@ impl Metrics {
         self.storage_size.set(g(size.file));
         self.storage_live.set(g(size.live));
         self.storage_history.set(g(size.history));
+    }
+
+    /// Record the requests in flight of `kind` (called when /metrics is scraped).
+    pub fn set_inflight(&self, kind: &str, n: usize) {
+        let labels = InflightLabels { request_kind: kind.to_string() };
+        self.inflight.get_or_create(&labels).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The Prometheus text exposition.

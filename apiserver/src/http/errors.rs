@@ -83,6 +83,11 @@ impl ApiError {
         Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"))
     }
 
+    /// Kubernetes' `NewRequestEntityTooLargeError`.
+    pub fn entity_too_large(message: impl std::fmt::Display) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: {message}"))
+    }
+
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }

@@ -4,6 +4,7 @@ mod collection;
 pub mod discovery;
 pub mod errors;
 pub mod exec;
+pub mod limits;
 mod lists;
 pub mod logs;
 pub mod openapi;
@@ -11,6 +12,7 @@ pub mod path;
 pub mod pipeline;
 mod protobuf;
 pub mod reviews;
+pub mod serve;
 pub mod table;
 mod watch;
 
@@ -22,7 +24,7 @@ use crate::registry::{
     DeleteOptions, FieldValidation, Outcome, PatchType, Propagation, Registry, ScaleOp, WriteOptions,
 };
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -51,6 +53,9 @@ pub struct AppState {
     pub advertise: String,
     /// Issues `serviceaccounts/{name}/token` (None without `--service-account-signing-key-file`).
     pub service_account_tokens: Option<Arc<crate::serviceaccount::Tokens>>,
+    /// The request limits, and the requests in flight they count.
+    pub limits: limits::Limits,
+    pub inflight: limits::Inflight,
 }
 
 pub type Shared = Arc<AppState>;
@@ -76,7 +81,6 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/namespaces/{ns}/pods/{name}/portforward", axum::routing::any(exec::serve_portforward))
         .route("/api/v1/namespaces/{ns}/pods/{name}/portforward/", axum::routing::any(exec::serve_portforward))
         .fallback(api)
-        .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
         .layer(axum::middleware::from_fn_with_state(state.clone(), pipeline::filter))
         .with_state(state)
 }
@@ -94,6 +98,9 @@ async fn health(State(s): State<Shared>) -> Response {
 
 async fn metrics(State(s): State<Shared>) -> Response {
     s.metrics.watchers.set(s.cache.total_watchers() as i64);
+    for kind in [limits::Kind::ReadOnly, limits::Kind::Mutating] {
+        s.metrics.set_inflight(kind.label(), s.inflight.current(kind));
+    }
     if let Some(size) = s.registry.store.size() {
         s.metrics.set_storage_size(size);
     }
@@ -266,8 +273,12 @@ async fn api(
     uri: Uri,
     headers: HeaderMap,
     user: Option<axum::Extension<Arc<UserInfo>>>,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    let body = match limits::read_body(&headers, body, s.limits.max_request_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     let user = user.map(|u| u.0).unwrap_or_else(|| Arc::new(UserInfo::apiserver()));
     let started = Instant::now();
     let parsed = path::parse(uri.path());

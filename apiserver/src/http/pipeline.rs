@@ -3,9 +3,12 @@
 //! (`auth/impersonation.rs`: the identity `Impersonate-*` asks for, if the requester may), then authorization
 //! (403 with Kubernetes' `User "x" cannot ...` message), and the second verb some requests need
 //! ([`compound::also_required`]: `create` for exec, attach and portforward). The user travels on as a request
-//! extension (`Arc<UserInfo>`), which the write path hands to admission.
+//! extension (`Arc<UserInfo>`), which the write path hands to admission. Between authentication and
+//! authorization, the in-flight limit (429); around the handler, the timeout of requests that are not
+//! long-running.
 
 use super::errors::ApiError;
+use super::limits;
 use super::Shared;
 use crate::auth::authn::{self, AuthnRequest};
 use crate::auth::{compound, request_info, Attributes, Authorizer, Decision, UserInfo};
@@ -44,6 +47,18 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
         Err(refused) => return refused.into_response(),
     };
     let attrs = request_info::for_user(user.clone(), req.method().as_str(), req.uri().path(), req.uri().query());
+    // kube-apiserver's maxinflight filter sits here, after authentication and before authorization.
+    let long_running = limits::long_running(&attrs);
+    let permit = match long_running {
+        true => None,
+        false => match s.inflight.admit(&attrs) {
+            Some(p) => Some(p),
+            None => {
+                tracing::debug!(user = %user.name, verb = %attrs.verb, path = %attrs.path, "too many requests in flight");
+                return limits::too_many_requests();
+            }
+        },
+    };
     let verdict = s.security.authz.authorize(&attrs);
     if verdict.decision != Decision::Allow {
         if let Some(err) = verdict.error {
@@ -61,7 +76,15 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
         }
     }
     req.extensions_mut().insert(user);
-    next.run(req).await
+    let timeout = s.limits.request_timeout;
+    if long_running || timeout.is_zero() {
+        return next.run(req).await;
+    }
+    limits::within(timeout, async move {
+        let _slot = permit;
+        next.run(req).await
+    })
+    .await
 }
 
 fn unauthorized(why: Option<&authn::AuthnError>) -> Response {

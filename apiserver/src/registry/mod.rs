@@ -8,6 +8,7 @@ mod delete;
 pub mod endpoints_adapter;
 pub mod meta;
 mod namespaces;
+pub mod patch_limits;
 pub mod pod_log;
 mod pods;
 mod scale;
@@ -130,6 +131,8 @@ pub struct Registry {
     pub admission: Arc<dyn Admission>,
     /// Asked once more when an update or apply turns out to create: the writer needs `create`.
     pub authorizer: Arc<dyn Authorizer>,
+    /// `--max-request-body-bytes`: also what all `copy`s of one JSON patch may add (0: no limit).
+    pub max_request_body_bytes: usize,
 }
 
 /// How a create came about: a POST, or an update or apply of a name that did not exist (which
@@ -598,10 +601,7 @@ impl Registry {
         let patch_json: Value =
             serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
         let json_patch = match kind {
-            PatchType::Json => Some(
-                serde_json::from_value::<json_patch::Patch>(patch_json.clone())
-                    .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?,
-            ),
+            PatchType::Json => Some(patch_limits::decode(patch_json.clone())?),
             PatchType::Merge | PatchType::Strategic => {
                 if !patch_json.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
@@ -615,8 +615,7 @@ impl Registry {
             let (old, kv) = self.get_raw(info, ns, name)?;
             let mut new = old.clone();
             match &json_patch {
-                Some(p) => json_patch::patch(&mut new, p)
-                    .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?,
+                Some(p) => patch_limits::apply(&mut new, p, self.max_request_body_bytes as u64)?,
                 None if kind == PatchType::Strategic => {
                     new = kaji_api::strategic::apply(info.kind, &old, &patch_json)
                         .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?

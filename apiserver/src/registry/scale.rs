@@ -49,11 +49,8 @@ pub async fn handle(
             match kind {
                 PatchType::Merge | PatchType::Strategic => json_patch::merge(&mut s, &patch_json),
                 PatchType::Json => {
-                    let p: json_patch::Patch = serde_json::from_value(patch_json)
-                        .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?;
-                    json_patch::patch(&mut s, &p).map_err(|e| {
-                        ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}"))
-                    })?;
+                    let p = super::patch_limits::decode(patch_json)?;
+                    super::patch_limits::apply(&mut s, &p, reg.max_request_body_bytes as u64)?;
                 }
             }
             s
