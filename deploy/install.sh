@@ -136,6 +136,7 @@ args_of() {
         "--kubelet-client-certificate $PKI/apiserver-kubelet-client.crt --kubelet-client-key $PKI/apiserver-kubelet-client.key" \
         "--enable-bootstrap-token-auth --service-account-signing-key-file $PKI/sa.key --service-account-key-file $PKI/sa.pub" \
         "--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,ServiceAccount" \
+        "--admission-control-config-file $ETC/admission.yaml" \
         "--data-dir /var/lib/kaji/apiserver --service-cluster-ip-range $service_cidr" ;;
     kaji-controller-manager)
       echo "--kubeconfig $ETC/controller-manager.conf --allocate-node-cidrs true --cluster-cidr $cluster_cidr" \
@@ -192,6 +193,9 @@ for c in "${components[@]}"; do
   put "$HERE/systemd/$c.service" "$UNITS/$c.service" 644 "$c"
   [ ${#changed[@]} -gt "$before" ] && units_changed=1
 done
+
+# PodSecurity: baseline enforced in every namespace without its own labels, kube-system exempt.
+[ "$role" = server ] && put "$HERE/admission.yaml" "$ETC/admission.yaml" 644 kaji-apiserver
 
 # --- credentials --------------------------------------------------------------------------------
 if [ "$role" = server ]; then

@@ -35,7 +35,8 @@ fn three_node_lab() {
     a_pod_reaches_another_nodes_ip(&lab);
     the_demo_service_answers_from_every_node(&lab);
     a_pod_reaches_itself_through_its_service(&lab);
-    security::pods_reach_the_api_with_their_token_from_every_node(&lab, NS, NODES);
+    security::baseline_pod_security_is_enforced_by_default(&lab, NS);
+    security::pods_reach_the_api_with_their_token_from_every_node(&lab, "e2e-api", NODES);
     a_service_spreads_over_its_backends_and_follows_a_scale_down(&lab);
     the_kaji_cli_reads_and_drives_the_lab(&lab);
     a_users_day(&lab, Client::Kubectl);

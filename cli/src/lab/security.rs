@@ -8,6 +8,7 @@
 //! <dir>/bootstrap-kubelet.conf           a bootstrap token (system:bootstrap:<id>) for joining nodes
 //! <dir>/nodes/<name>/kubelet.crt .key    the agent's serving pair for :10250 (issued by the lab CA)
 //! <dir>/nodes/<name>/kubelet.conf, pki/  what the agent's TLS bootstrap writes: its own client cert
+//! <dir>/admission.yaml                   PodSecurity: baseline enforced outside kube-system
 //! ```
 //! Keys, kubeconfigs and the token are 0600. Nodes get no client certificate from the lab: each
 //! agent asks for one with a CertificateSigningRequest, which the controller manager approves
@@ -67,6 +68,7 @@ pub fn apiserver_args(lab: &Lab) -> Vec<String> {
         ("--service-account-signing-key-file", path(pki.pki("sa.key"))),
         ("--authorization-mode", "Node,RBAC".into()),
         ("--enable-admission-plugins", "NodeRestriction,ServiceAccount".into()),
+        ("--admission-control-config-file", path(admission_config(lab))),
         // The nodes and pods reach every apiserver on the bridge (the kubernetes Service).
         ("--advertise-address", BRIDGE_IP.into()),
     ] {
@@ -75,6 +77,14 @@ pub fn apiserver_args(lab: &Lab) -> Vec<String> {
     }
     args.push("--enable-bootstrap-token-auth".into());
     args
+}
+
+/// The admission configuration install.sh installs too: PodSecurity enforces baseline (and warns
+/// for workloads it would refuse) in every namespace without its own labels, kube-system exempt.
+pub const ADMISSION_CONFIG: &str = include_str!("../../../deploy/admission.yaml");
+
+pub fn admission_config(lab: &Lab) -> PathBuf {
+    lab.dir.join("admission.yaml")
 }
 
 /// The controller manager's identity, and the CA it signs node certificates with.
@@ -124,6 +134,7 @@ pub fn certificates(lab: &Lab) -> Result<()> {
     };
     let ca = pki.init(&spec).with_context(|| format!("cannot write the certificates in {}", lab.dir.display()))?;
     kaji_pki::files::write_private(&lab.kubeconfig(), &kaji_pki::files::read(&pki.kubeconfig("admin"))?)?;
+    kaji_pki::files::write_public(&admission_config(lab), ADMISSION_CONFIG)?;
     for i in lab.node_ids() {
         serving_pair(lab, &ca, i)?;
     }

@@ -589,6 +589,7 @@ mod tests {
             "--kubelet-client-certificate /tmp/l/pki/apiserver-kubelet-client.crt",
             "--service-account-signing-key-file /tmp/l/pki/sa.key",
             "--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,ServiceAccount",
+            "--admission-control-config-file /tmp/l/admission.yaml",
             "--enable-bootstrap-token-auth",
         ] {
             assert!(api.contains(want), "{api} lacks {want}");

@@ -126,7 +126,11 @@ pub fn a_nodes_certificate_cannot_change_another_node(lab: &Lab) {
 /// `https://kubernetes.default.svc` (cluster DNS) both reach the apiserver, verify it with the
 /// projected `ca.crt`, and list what the account's Role allows — through the `kubernetes`
 /// EndpointSlice the proxies read. The host's kubectl (a static binary) is mounted read-only.
+/// The lab enforces PodSecurity baseline by default, so this test's namespace is labelled
+/// privileged (an admin's choice) for the hostPath.
 pub fn pods_reach_the_api_with_their_token_from_every_node(lab: &Lab, ns: &str, nodes: u8) {
+    lab.kubectl(&["create", "namespace", ns]);
+    lab.kubectl(&["label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged"]);
     let kubectl = std::fs::canonicalize(which_kubectl()).expect("kubectl on PATH");
     let (dir, bin) = (
         kubectl.parent().expect("dir").display().to_string(),
@@ -178,8 +182,43 @@ pub fn pods_reach_the_api_with_their_token_from_every_node(lab: &Lab, ns: &str, 
                 && logs.contains("cannot list resource \"pods\" in API group \"\" in the namespace \"default\""),
             "the Role's limit holds: {logs}"
         );
-        lab.kubectl(&["delete", "pod", "-n", ns, name, "--wait=false"]);
     }
+    lab.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+/// `kaji lab` enforces PodSecurity baseline in namespaces that say nothing (deploy/admission.yaml):
+/// a pod mounting the node's `/` is refused with Kubernetes' message, a Deployment of such pods is
+/// created with kubectl's `Warning:`, and an ordinary pod passes.
+pub fn baseline_pod_security_is_enforced_by_default(lab: &Lab, ns: &str) {
+    let pod = |name: &str, host: bool| {
+        let volumes =
+            if host { serde_json::json!([{"name": "root", "hostPath": {"path": "/"}}]) } else { serde_json::json!([]) };
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"volumes": volumes, "containers": [{"name": "c", "image": "kaji.local/busybox:lab", "command": ["true"]}]}})
+    };
+    let out = lab.kubectl_output(&["create", "-f", "-"], Some(&pod("host-root", true).to_string()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a hostPath pod was admitted under the default baseline: {err}");
+    assert!(
+        err.contains("pods \"host-root\" is forbidden: violates PodSecurity \"baseline:latest\": hostPath volumes (volume \"root\")"),
+        "{err}"
+    );
+    let gone = lab.kubectl_output(&["get", "pod", "-n", ns, "host-root"], None);
+    assert!(!gone.status.success(), "nothing was stored");
+    let deploy = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "host-root", "namespace": ns},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "host-root"}},
+                 "template": {"metadata": {"labels": {"app": "host-root"}}, "spec": pod("x", true)["spec"].clone()}}});
+    let out = lab.kubectl_output(&["create", "-f", "-"], Some(&deploy.to_string()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Warning: would violate PodSecurity \"baseline:latest\": hostPath volumes (volume \"root\")"),
+        "{err}"
+    );
+    lab.kubectl(&["delete", "deployment", "-n", ns, "host-root"]);
+    let out = lab.kubectl_output(&["create", "-f", "-"], Some(&pod("plain", false).to_string()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    lab.kubectl(&["delete", "pod", "-n", ns, "plain", "--wait=false"]);
 }
 
 fn which_kubectl() -> PathBuf {
