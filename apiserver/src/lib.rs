@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod agent_client;
+pub mod audit;
 pub mod auth;
 pub mod cache;
 pub mod event_ttl;
@@ -67,6 +68,8 @@ pub struct Config {
     pub encryption_provider_config: Option<PathBuf>,
     /// `--service-account-*`: the keys, issuer and audiences of ServiceAccount tokens.
     pub service_accounts: serviceaccount::Config,
+    /// `--audit-policy-file` and `--audit-log-*`.
+    pub audit: audit::Config,
 }
 
 /// `--tls-cert-file` and `--tls-private-key-file`.
@@ -121,6 +124,7 @@ impl Config {
             tls: None,
             kubelet_tls: None,
             encryption_provider_config: None,
+            audit: audit::Config::default(),
             service_accounts: serviceaccount::Config::default(),
         }
     }
@@ -198,15 +202,18 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let kubelet_tls = config.kubelet_tls.as_ref().map(KubeletTls::client_config).transpose()?;
     let security =
         http::pipeline::Security { authn, authz, modes: config.authorization_modes.clone(), parts: parts.clone() };
+    let metrics = metrics::Metrics::default();
+    let audit = audit::Audit::start(&config.audit, metrics.audit.clone()).context("failed to set up audit logging")?;
     let state = Arc::new(http::AppState {
         security,
         registry,
         cache,
         agents: agent_client::AgentClient::new(config.agent_timeout, kubelet_tls),
-        metrics: metrics::Metrics::default(),
+        metrics,
         shutdown: shutdown.clone(),
         advertise: advertise.to_string(),
         service_account_tokens: sa_tokens,
+        audit: audit.map(Arc::new),
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
     spawn_allocator_repair(state.clone(), shutdown.clone());

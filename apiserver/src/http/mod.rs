@@ -9,7 +9,7 @@ pub mod logs;
 pub mod openapi;
 pub mod path;
 pub mod pipeline;
-mod protobuf;
+pub(crate) mod protobuf;
 pub mod reviews;
 pub mod table;
 mod watch;
@@ -51,6 +51,8 @@ pub struct AppState {
     pub advertise: String,
     /// Issues `serviceaccounts/{name}/token` (None without `--service-account-signing-key-file`).
     pub service_account_tokens: Option<Arc<crate::serviceaccount::Tokens>>,
+    /// `--audit-policy-file` and `--audit-log-*` (None: nothing is audited).
+    pub audit: Option<Arc<crate::audit::Audit>>,
 }
 
 pub type Shared = Arc<AppState>;
