@@ -370,6 +370,67 @@ impl Drop for ResponseTap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::backend::{Counters, LogConfig};
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    fn audit(dir: &Path, policy: &str) -> Arc<Audit> {
+        let policy_file = dir.join("policy.yaml");
+        std::fs::write(&policy_file, policy).expect("policy");
+        let log = LogConfig { path: dir.join("audit.log"), ..Default::default() };
+        let config = crate::audit::Config { policy_file: Some(policy_file), log: Some(log) };
+        Arc::new(Audit::start(&config, Counters::default()).expect("audit").expect("both flags given"))
+    }
+
+    /// The first `n` lines of the log, once written.
+    fn lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let whole: Vec<&str> = text.split_inclusive('\n').filter(|l| l.ends_with('\n')).collect();
+            if whole.len() >= n {
+                return whole.iter().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+            }
+            assert!(Instant::now() < deadline, "{} of {n} lines written", whole.len());
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_handler_panic_is_recorded_at_stage_panic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = audit(dir.path(), "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]");
+        let mut req = Request::builder().uri("/api/v1/namespaces/a/pods").body(Body::empty()).expect("request");
+        let mut recorder = Recorder::new(audit, &req);
+        recorder.authenticated(&Arc::new(UserInfo::new("jane", &[])), &mut req);
+        let payload: Box<dyn std::any::Any + Send> = Box::new("boom");
+        recorder.panicked(payload.as_ref());
+        let events = lines(&dir.path().join("audit.log"), 2);
+        assert_eq!(
+            (events[0]["stage"].as_str(), events[1]["stage"].as_str()),
+            (Some("RequestReceived"), Some("Panic"))
+        );
+        assert_eq!(
+            events[1]["responseStatus"],
+            serde_json::json!({"metadata": {}, "status": "Failure", "message": "APIServer panic'd: boom",
+                "reason": "InternalError", "code": 500})
+        );
+    }
+
+    #[test]
+    fn a_response_dropped_unread_still_completes_its_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = audit(dir.path(), "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]");
+        let mut req = Request::builder().uri("/api/v1/namespaces/a/pods").body(Body::empty()).expect("request");
+        let mut recorder = Recorder::new(audit, &req);
+        recorder.authenticated(&Arc::new(UserInfo::new("jane", &[])), &mut req);
+        let response = recorder.finish(Response::new(Body::from("{}")));
+        assert!(response.headers().get(HEADER).is_some());
+        drop(response);
+        let events = lines(&dir.path().join("audit.log"), 2);
+        assert_eq!(events[1]["stage"], "ResponseComplete");
+        assert_eq!(events[1]["responseStatus"]["code"], 200);
+    }
 
     #[test]
     fn source_ips_are_forwarded_real_then_peer_without_repeats() {
