@@ -221,6 +221,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let sweep = (config.event_ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
     event_ttl::spawn(store.clone(), config.event_ttl, sweep, shutdown.clone());
     let peers = config.endpoint_leases.then(|| spawn_endpoint_reconciler(state.clone(), advertise, shutdown.clone()));
+    let audit = state.audit.clone();
     let app = http::router(state);
     let served = match &config.tls {
         None => tokio::spawn(serve(listener, app, shutdown.clone())),
@@ -245,6 +246,13 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         if let Some(p) = peers {
             // It gives this apiserver's lease up and leaves the Endpoints first.
             let _ = tokio::time::timeout(Duration::from_secs(5), p).await;
+        }
+        if let Some(audit) = audit {
+            // The last requests' events are written before the process exits.
+            let flushed = tokio::task::spawn_blocking(move || audit.flush(Duration::from_secs(5))).await;
+            if !flushed.unwrap_or(false) {
+                tracing::warn!("audit events still queued at exit were not all written");
+            }
         }
         // Dropping the last store handle closes redb cleanly; every commit is already durable.
         drop(store);

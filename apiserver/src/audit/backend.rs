@@ -58,8 +58,16 @@ impl Counters {
 
 /// The request side: a bounded queue to the writer.
 pub struct Backend {
-    tx: SyncSender<(Event, Option<Bodies>)>,
+    tx: SyncSender<Message>,
     counters: Counters,
+}
+
+/// What the writer thread is handed.
+enum Message {
+    /// An event, with the bodies a ResponseComplete is finished from.
+    Event(Box<Event>, Option<Bodies>),
+    /// Everything before this is written: say so.
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 impl Backend {
@@ -96,14 +104,37 @@ impl Backend {
 
     fn send(&self, event: Event, bodies: Option<Bodies>) {
         self.counters.events.inc();
-        match self.tx.try_send((event, bodies)) {
+        match self.tx.try_send(Message::Event(Box::new(event), bodies)) {
             Ok(()) => {}
-            Err(TrySendError::Full((e, _))) => {
+            Err(TrySendError::Full(dropped)) => {
                 self.counters.error("buffered");
-                tracing::warn!(audit_id = %e.audit_id, "audit buffer full, event dropped");
+                if let Message::Event(e, _) = dropped {
+                    tracing::warn!(audit_id = %e.audit_id, "audit buffer full, event dropped");
+                }
             }
             Err(TrySendError::Disconnected(_)) => self.counters.error("log"),
         }
+    }
+}
+
+impl Backend {
+    /// Waits, at most `timeout`, until every event queued before this call is written (the
+    /// apiserver's last step before it exits). Blocks: call it off the runtime.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let (done, written) = std::sync::mpsc::channel();
+        let mut message = Message::Flush(done);
+        loop {
+            match self.tx.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if std::time::Instant::now() < deadline => {
+                    message = m;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return false,
+            }
+        }
+        written.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_ok()
     }
 }
 
@@ -114,13 +145,23 @@ enum Sink {
 
 /// The writer thread's loop. A failed write loses that event, is counted and never stops the
 /// next; the first of a run of failures is logged, and the recovery.
-fn write_all(rx: Receiver<(Event, Option<Bodies>)>, sink: &mut Sink, counters: &Counters) {
+fn write_all(rx: Receiver<Message>, sink: &mut Sink, counters: &Counters) {
     let mut failing = false;
-    while let Ok((mut event, bodies)) = rx.recv() {
+    while let Ok(message) = rx.recv() {
+        let (mut event, bodies) = match message {
+            Message::Event(event, bodies) => (event, bodies),
+            Message::Flush(done) => {
+                if let Sink::Stdout = sink {
+                    let _ = std::io::stdout().flush();
+                }
+                let _ = done.send(());
+                continue;
+            }
+        };
         if let Some(bodies) = bodies {
             event.complete(bodies);
         }
-        let mut line = match serde_json::to_vec(&event) {
+        let mut line = match serde_json::to_vec(&*event) {
             Ok(l) => l,
             Err(_) => {
                 counters.error("log");
@@ -302,6 +343,20 @@ mod tests {
         let kept: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.path().join(n)).expect("read")).collect();
         assert_eq!(kept, [vec![b'2'; 10], vec![b'3'; 10]]);
         assert_eq!(std::fs::read(&path).expect("read"), vec![b'4'; 10]);
+    }
+
+    #[test]
+    fn flush_returns_once_everything_queued_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { path: dir.path().join("audit.log"), ..Default::default() };
+        let backend = Backend::start(&config, Counters::default()).expect("backend");
+        let event = super::super::event::tests_support::event();
+        for _ in 0..100 {
+            backend.process(event.clone());
+        }
+        assert!(backend.flush(Duration::from_secs(10)), "not flushed in time");
+        let text = std::fs::read_to_string(&config.path).expect("log");
+        assert_eq!(text.lines().count(), 100);
     }
 
     #[test]

@@ -43,4 +43,9 @@ impl Audit {
         let backend = backend::Backend::start(log, counters)?;
         Ok(Some(Self { policy, backend }))
     }
+
+    /// Writes what is queued before the process exits (at most `timeout`; blocks).
+    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+        self.backend.flush(timeout)
+    }
 }
