@@ -173,6 +173,18 @@ impl Event {
         });
     }
 
+    /// No answer was written: kube-apiserver's status for a connection closed early.
+    pub fn closed_early(&mut self) {
+        self.response_status = Some(ResponseStatus {
+            metadata: serde_json::Map::new(),
+            status: Some("Success".into()),
+            message: Some("Connection closed early".into()),
+            reason: None,
+            details: None,
+            code: 200,
+        });
+    }
+
     /// The response's code and, when the body is a Status, its bounded fields (at any level);
     /// the body itself only at RequestResponse.
     pub fn responded(&mut self, code: u16, body: Option<Value>, omit_managed_fields: bool) {

@@ -37,10 +37,14 @@ impl Audit {
     /// nothing without a policy and has no backend without a path).
     pub fn start(config: &Config, counters: backend::Counters) -> Result<Option<Self>, Error> {
         let (Some(policy_file), Some(log)) = (&config.policy_file, &config.log) else {
+            if config.policy_file.is_some() || config.log.is_some() {
+                tracing::warn!("audit logging needs both --audit-policy-file and --audit-log-path; nothing is audited");
+            }
             return Ok(None);
         };
         let policy = policy::Policy::load(policy_file)?;
         let backend = backend::Backend::start(log, counters)?;
+        tracing::info!(policy = %policy_file.display(), log = %log.path.display(), "auditing requests");
         Ok(Some(Self { policy, backend }))
     }
 

@@ -183,6 +183,20 @@ impl Recorder {
     }
 }
 
+impl Drop for Recorder {
+    /// A request dropped before it answered (its client went away and the handler with it) still
+    /// ends its record, with the status kube-apiserver gives a connection closed early.
+    fn drop(&mut self) {
+        if let Some(mut active) = self.active.take() {
+            active.event.closed_early();
+            if active.long_running {
+                active.emit(Stage::ResponseStarted);
+            }
+            active.emit(Stage::ResponseComplete);
+        }
+    }
+}
+
 impl Active {
     fn emit(&self, stage: Stage) {
         if self.config.records(stage) {
@@ -220,18 +234,18 @@ fn auth_methods(headers: &HeaderMap, query: Option<&str>, client_cert: bool) -> 
     }
 }
 
-/// Kubernetes' `utilnet.SourceIPs`: `X-Forwarded-For`, then `X-Real-Ip`, then the peer, once each.
+/// Kubernetes' `utilnet.SourceIPs`: every `X-Forwarded-For` address, then `X-Real-Ip` and the
+/// peer unless already listed.
 fn source_ips(headers: &HeaderMap, remote: Option<std::net::IpAddr>) -> Vec<String> {
-    let mut ips: Vec<String> = Vec::new();
     let forwarded = header(headers, "x-forwarded-for").unwrap_or_default();
-    let real = header(headers, "x-real-ip").unwrap_or_default();
-    let candidates = forwarded.split(',').chain(std::iter::once(real.as_str())).map(str::trim);
-    for ip in candidates.filter_map(|s| s.parse::<std::net::IpAddr>().ok()).chain(remote) {
-        if !ips.contains(&ip.to_string()) {
-            ips.push(ip.to_string());
+    let mut ips: Vec<std::net::IpAddr> = forwarded.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let real = header(headers, "x-real-ip").and_then(|s| s.trim().parse().ok());
+    for ip in real.into_iter().chain(remote) {
+        if !ips.contains(&ip) {
+            ips.push(ip);
         }
     }
-    ips
+    ips.iter().map(ToString::to_string).collect()
 }
 
 /// Up to [`MAX_BODY`] bytes of a body.
@@ -430,6 +444,22 @@ mod tests {
         let events = lines(&dir.path().join("audit.log"), 2);
         assert_eq!(events[1]["stage"], "ResponseComplete");
         assert_eq!(events[1]["responseStatus"]["code"], 200);
+    }
+
+    #[test]
+    fn a_request_dropped_before_it_answered_still_completes_its_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = audit(dir.path(), "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]");
+        let mut req = Request::builder().uri("/api/v1/namespaces/a/pods").body(Body::empty()).expect("request");
+        let mut recorder = Recorder::new(audit, &req);
+        recorder.authenticated(&Arc::new(UserInfo::new("jane", &[])), &mut req);
+        drop(recorder);
+        let events = lines(&dir.path().join("audit.log"), 2);
+        assert_eq!(events[1]["stage"], "ResponseComplete");
+        assert_eq!(
+            events[1]["responseStatus"],
+            serde_json::json!({"metadata": {}, "status": "Success", "message": "Connection closed early", "code": 200})
+        );
     }
 
     #[test]
