@@ -205,7 +205,11 @@ pub struct RotatingFile {
 }
 
 impl RotatingFile {
+    /// Opens (or creates, with its directory, as lumberjack does) the log at `path`.
     pub fn open(path: &Path, max_bytes: u64, max_backups: usize, max_age_days: u64) -> Result<Self, Error> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Open { path: path.display().to_string(), source })?;
+        }
         let file = open_append(path)?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(Self { path: path.to_path_buf(), file, size, max_bytes, max_backups, max_age_days, last_backup: None })
@@ -327,6 +331,15 @@ mod tests {
         let stamp = names[0].strip_prefix("audit-").and_then(|n| n.strip_suffix(".log")).expect("lumberjack name");
         assert_eq!((stamp.len(), &stamp[10..11], &stamp[13..14], &stamp[19..20]), (23, "T", "-", "."));
         assert_eq!(std::fs::read(dir.path().join(&names[0])).expect("read"), vec![b'a'; 60]);
+    }
+
+    #[test]
+    fn the_logs_directory_is_made_when_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("var/log/kubernetes/audit.log");
+        let mut f = RotatingFile::open(&path, 100, 0, 0).expect("open");
+        f.write(b"{}\n").expect("write");
+        assert_eq!(std::fs::read(&path).expect("read"), b"{}\n");
     }
 
     #[test]
