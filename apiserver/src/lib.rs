@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod agent_client;
+pub mod audit;
 pub mod auth;
 pub mod cache;
 pub mod event_ttl;
@@ -72,6 +73,8 @@ pub struct Config {
     /// `--max-request-body-bytes`, `--max-requests-inflight`, `--max-mutating-requests-inflight`,
     /// `--request-timeout`, and how long a connection may take to send its headers.
     pub limits: http::limits::Limits,
+    /// `--audit-policy-file` and `--audit-log-*`.
+    pub audit: audit::Config,
 }
 
 /// `--tls-cert-file` and `--tls-private-key-file`.
@@ -127,6 +130,7 @@ impl Config {
             tls: None,
             kubelet_tls: None,
             encryption_provider_config: None,
+            audit: audit::Config::default(),
             service_accounts: serviceaccount::Config::default(),
             limits: http::limits::Limits::default(),
         }
@@ -214,17 +218,20 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let kubelet_tls = config.kubelet_tls.as_ref().map(KubeletTls::client_config).transpose()?;
     let security =
         http::pipeline::Security { authn, authz, modes: config.authorization_modes.clone(), parts: parts.clone() };
+    let metrics = metrics::Metrics::default();
+    let audit = audit::Audit::start(&config.audit, metrics.audit.clone()).context("failed to set up audit logging")?;
     let state = Arc::new(http::AppState {
         security,
         registry,
         cache,
         agents: agent_client::AgentClient::new(config.agent_timeout, kubelet_tls),
-        metrics: metrics::Metrics::default(),
+        metrics,
         shutdown: shutdown.clone(),
         advertise: advertise.to_string(),
         service_account_tokens: sa_tokens,
         limits: config.limits,
         inflight: http::limits::Inflight::new(&config.limits),
+        audit: audit.map(Arc::new),
     });
     spawn_compactor(store.clone(), config.event_history, config.compaction_interval, shutdown.clone());
     spawn_allocator_repair(state.clone(), shutdown.clone());
@@ -232,6 +239,7 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
     let sweep = (config.event_ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
     event_ttl::spawn(store.clone(), config.event_ttl, sweep, shutdown.clone());
     let peers = config.endpoint_leases.then(|| spawn_endpoint_reconciler(state.clone(), advertise, shutdown.clone()));
+    let audit = state.audit.clone();
     let app = http::router(state);
     let header_read_timeout = config.limits.header_read_timeout;
     let served = match &config.tls {
@@ -257,6 +265,13 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         if let Some(p) = peers {
             // It gives this apiserver's lease up and leaves the Endpoints first.
             let _ = tokio::time::timeout(Duration::from_secs(5), p).await;
+        }
+        if let Some(audit) = audit {
+            // The last requests' events are written before the process exits.
+            let flushed = tokio::task::spawn_blocking(move || audit.flush(Duration::from_secs(5))).await;
+            if !flushed.unwrap_or(false) {
+                tracing::warn!("audit events still queued at exit were not all written");
+            }
         }
         // Dropping the last store handle closes redb cleanly; every commit is already durable.
         drop(store);

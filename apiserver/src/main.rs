@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 /// kaji's Kubernetes-compatible API server (embedded durable store or etcd, watch cache).
 #[derive(Parser, Debug)]
@@ -144,6 +145,21 @@ struct Args {
     /// and exemptions.
     #[arg(long)]
     admission_control_config_file: Option<PathBuf>,
+    /// An audit Policy (audit.k8s.io/v1, YAML or JSON); without it nothing is audited.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Where audit events go, one JSON line each ("-": stdout); without it none are written.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Megabytes the audit log may reach before it is rotated (0: 100, lumberjack's default).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+    /// Rotated audit logs kept (0: all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+    /// Days rotated audit logs are kept (0: forever).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
     /// Seconds to wait for a node's agent to accept a connection and begin its answer (pods/log).
     #[arg(long, default_value_t = 10)]
     agent_timeout: u64,
@@ -186,10 +202,14 @@ fn parse_range(s: &str) -> anyhow::Result<(u16, u16)> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // `--audit-log-path -` has stdout to itself: the log lines go to stderr then (as klog's do).
+    let audit_to_stdout = args.audit_log_path.as_deref() == Some(std::path::Path::new("-"));
+    let writer =
+        if audit_to_stdout { BoxMakeWriter::new(std::io::stderr) } else { BoxMakeWriter::new(std::io::stdout) };
     if args.log_json {
-        tracing_subscriber::fmt().with_env_filter(filter).json().init();
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).json().init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).init();
     }
     let bind = match args.insecure_port {
         Some(port) => SocketAddr::new(args.insecure_bind_address, port),
@@ -273,6 +293,15 @@ async fn main() -> anyhow::Result<()> {
     config.limits.request_timeout = kaji_component::duration::parse_duration(&args.request_timeout)
         .map_err(anyhow::Error::msg)
         .context("--request-timeout")?;
+    config.audit = kaji_apiserver::audit::Config {
+        policy_file: args.audit_policy_file,
+        log: args.audit_log_path.map(|path| kaji_apiserver::audit::backend::LogConfig {
+            path,
+            max_size_mb: args.audit_log_maxsize,
+            max_backups: args.audit_log_maxbackup,
+            max_age_days: args.audit_log_maxage,
+        }),
+    };
     let server = kaji_apiserver::start(config).await?;
     if let Some(f) = &args.address_file {
         std::fs::write(f, server.addr.to_string()).with_context(|| format!("failed to write {}", f.display()))?;

@@ -49,6 +49,8 @@ pub struct Metrics {
     pub storage_size: Gauge,
     pub storage_live: Gauge,
     pub storage_history: Gauge,
+    /// `apiserver_audit_event_total`, `apiserver_audit_error_total{plugin}`.
+    pub audit: crate::audit::backend::Counters,
 }
 
 impl Default for Metrics {
@@ -94,6 +96,17 @@ impl Default for Metrics {
             "Bytes of the store's event history not yet compacted",
             storage_history.clone(),
         );
+        let audit = crate::audit::backend::Counters::default();
+        registry.register(
+            "apiserver_audit_event",
+            "Counter of audit events generated and sent to the audit backend.",
+            audit.events.clone(),
+        );
+        registry.register(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
+            audit.errors.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             inflight,
@@ -104,6 +117,7 @@ impl Default for Metrics {
             storage_size,
             storage_live,
             storage_history,
+            audit,
         }
     }
 }

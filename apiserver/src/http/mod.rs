@@ -10,7 +10,7 @@ pub mod logs;
 pub mod openapi;
 pub mod path;
 pub mod pipeline;
-mod protobuf;
+pub(crate) mod protobuf;
 pub mod reviews;
 pub mod serve;
 pub mod table;
@@ -56,6 +56,8 @@ pub struct AppState {
     /// The request limits, and the requests in flight they count.
     pub limits: limits::Limits,
     pub inflight: limits::Inflight,
+    /// `--audit-policy-file` and `--audit-log-*` (None: nothing is audited).
+    pub audit: Option<Arc<crate::audit::Audit>>,
 }
 
 pub type Shared = Arc<AppState>;

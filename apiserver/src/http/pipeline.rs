@@ -17,7 +17,9 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use kaji_pki::listener::Peer;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 /// Who decides: the authentication chain and the authorizer (the union of the modes), with the
@@ -29,8 +31,22 @@ pub struct Security {
     pub parts: Arc<crate::auth::authz::Parts>,
 }
 
-/// The middleware: authenticate, authorize, then the handlers.
-pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Response {
+/// The middleware: audit (`audit/record.rs`) around authenticate, authorize, then the handlers.
+/// Without `--audit-policy-file` and `--audit-log-path` no audit work is done at all.
+pub async fn filter(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let Some(audit) = s.audit.clone() else { return secured(s, req, next, None).await };
+    let mut recorder = crate::audit::Recorder::new(audit, &req);
+    // A handler's panic is recorded at stage Panic (kube-apiserver's WithAudit), then goes on.
+    match AssertUnwindSafe(secured(s, req, next, Some(&mut recorder))).catch_unwind().await {
+        Ok(response) => recorder.finish(response),
+        Err(panic) => {
+            recorder.panicked(panic.as_ref());
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+async fn secured(s: Shared, mut req: Request, next: Next, mut audit: Option<&mut crate::audit::Recorder>) -> Response {
     let peer = req.extensions().get::<ConnectInfo<Peer>>().map(|p| p.0.client_chain.clone());
     let chain: &[Vec<u8>] = peer.as_deref().map(Vec::as_slice).unwrap_or(&[]);
     let authn_req = AuthnRequest { headers: req.headers(), path: req.uri().path(), client_chain: chain };
@@ -41,11 +57,19 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
     };
     // Credentials stay here: nothing behind the filters may be tempted to pass them on.
     req.headers_mut().remove(header::AUTHORIZATION);
+    if let Some(a) = audit.as_deref_mut() {
+        a.authenticated(&user, &mut req);
+    }
     // From here on the request is whoever it may impersonate (`Impersonate-*`, then removed).
     let user = match crate::auth::impersonation::apply(s.security.authz.as_ref(), user, &mut req) {
         Ok(user) => user,
         Err(refused) => return refused.into_response(),
     };
+    if let Some(a) = audit.as_deref_mut() {
+        if req.extensions().get::<crate::auth::impersonation::Impersonator>().is_some() {
+            a.impersonated(&user);
+        }
+    }
     let attrs = request_info::for_user(user.clone(), req.method().as_str(), req.uri().path(), req.uri().query());
     // kube-apiserver's maxinflight filter sits here, after authentication and before authorization.
     let long_running = limits::long_running(&attrs);
@@ -60,6 +84,9 @@ pub async fn filter(State(s): State<Shared>, mut req: Request, next: Next) -> Re
         },
     };
     let verdict = s.security.authz.authorize(&attrs);
+    if let Some(a) = audit {
+        a.authorized(&verdict);
+    }
     if verdict.decision != Decision::Allow {
         if let Some(err) = verdict.error {
             tracing::error!(error = %err, user = %user.name, path = %attrs.path, "authorization failed");
