@@ -238,9 +238,10 @@ pub async fn start(client: kube::Client, config: Config) -> Result<Handle> {
     for dir in [config.root_dir.clone(), config.containers_dir(), config.pods_dir(), config.runtime_dir()] {
         std::fs::create_dir_all(&dir).map_err(|source| Error::Dir { path: dir.clone(), source })?;
     }
-    // Pods' volumes (Secrets, tokens) are root's alone, as kubelet's pods dir (0750).
+    // Other users of the host may pass through the pods dir but not list it (a `hostUsers: false`
+    // pod's root, nobody on the host, opens its netns under it); each pod's `volumes` is 0750.
     let pods = config.pods_dir();
-    std::fs::set_permissions(&pods, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o750))
+    std::fs::set_permissions(&pods, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711))
         .map_err(|source| Error::Dir { path: pods.clone(), source })?;
     // The root of a `hostUsers: false` pod is nobody on the host: it must be able to pass
     // through to its rootfs and idmapped mounts under the runtime's dir (containerd's 0711).

@@ -81,6 +81,9 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
     }
     let path = dir.volume(&v.name);
     std::fs::create_dir_all(&path).map_err(io("create", &path))?;
+    // Secrets and tokens are root's alone on the host, as under kubelet's 0750 pods dir.
+    let all = dir.0.join("volumes");
+    std::fs::set_permissions(&all, std::fs::Permissions::from_mode(0o750)).map_err(io("chmod", &all))?;
     if let Some(e) = &v.empty_dir {
         if e.medium.as_deref() == Some("Memory") && !is_mountpoint(&path) {
             let size = e.size_limit.as_ref().and_then(|q| crate::node::parse_bytes(&q.0));
@@ -103,11 +106,14 @@ fn ensure_one(dir: &PodDir, pod: &Pod, v: &Volume, refs: &Refs, node: &env::Node
     }
     if (v.secret.is_some() || v.projected.is_some()) && !is_mountpoint(&path) {
         // As kubelet: Secrets and tokens live in memory (a tmpfs per volume), never on the disk.
+        // nosuid and nodev as every bind of a volume has them; not noexec (kubelet's has none):
+        // in a `hostUsers: false` pod a flag of the source is locked, and the bind's remount,
+        // which does not ask for noexec, would be refused.
         nix::mount::mount(
             Some("tmpfs"),
             &path,
             Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
             Some("mode=0755"),
         )
         .map_err(|source| Error::Sys { op: "mount tmpfs on", path: path.clone(), source })?;
