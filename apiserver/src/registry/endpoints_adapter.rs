@@ -129,16 +129,17 @@ mod tests {
     fn the_slice_follows_the_endpoints_and_a_settled_one_is_not_written() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = crate::storage::redb::RedbStore::open(dir.path()).expect("open");
-        let key = "/registry/endpointslices/default/kubernetes";
+        let info = kaji_api::resources::by_kind("EndpointSlice").expect("served");
+        let key = info.key(Some("default"), "kubernetes");
         ensure_slice(&store, &endpoints(&["10.0.0.1"], 6443)).expect("create");
-        let got: Value = serde_json::from_slice(&store.get(key).expect("get").expect("created").value).expect("json");
+        let got = super::super::decode_stored(&store.get(&key).expect("get").expect("created")).expect("decode");
         assert_eq!(got["endpoints"][0]["addresses"], json!(["10.0.0.1"]));
         assert!(got["metadata"]["uid"].is_string());
         let rev = store.current_revision();
         ensure_slice(&store, &endpoints(&["10.0.0.1"], 6443)).expect("again");
         assert_eq!(store.current_revision(), rev, "nothing written when equal");
         ensure_slice(&store, &endpoints(&["10.0.0.1", "10.0.0.2"], 6443)).expect("update");
-        let got: Value = serde_json::from_slice(&store.get(key).expect("get").expect("there").value).expect("json");
+        let got = super::super::decode_stored(&store.get(&key).expect("get").expect("there")).expect("decode");
         assert_eq!(got["endpoints"].as_array().map(Vec::len), Some(2));
         assert_eq!(got["metadata"]["generation"], 2);
     }
