@@ -150,8 +150,9 @@ pub fn pods_reach_the_api_with_their_token_from_every_node(lab: &Lab, ns: &str, 
         lab.apply(&obj);
     }
     let script = format!(
-        "k=/kubectl/{bin}; for i in $(seq 1 30); do if $k get pods -o name >/tmp/a 2>/tmp/e && \
-         $k --server https://kubernetes.default.svc get pods -o name >/tmp/b 2>>/tmp/e; then \
+        "k=/kubectl/{bin}; sa=/var/run/secrets/kubernetes.io/serviceaccount; for i in $(seq 1 30); do if $k get pods -o name >/tmp/a 2>/tmp/e && \
+         $k --server https://kubernetes.default.svc --token \"$(cat $sa/token)\" --certificate-authority $sa/ca.crt \
+         get pods -o name >/tmp/b 2>>/tmp/e; then \
          echo \"host=$KUBERNETES_SERVICE_HOST\"; cat /tmp/a /tmp/b; $k get pods -n default -o name 2>&1; exit 0; fi; sleep 1; done; cat /tmp/e; exit 1"
     );
     let names: Vec<String> = (1..=nodes).map(|i| format!("api-client-{i}")).collect();
