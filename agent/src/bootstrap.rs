@@ -157,6 +157,11 @@ async fn request_certificate(client: kube::Client, name: &str, request: &str) ->
         }
         Err(e) => return Err(Error::Create(e)),
     }
+    wait_for(api, name).await
+}
+
+/// Watch request `name` until it is issued (its certificate), denied or failed.
+pub(crate) async fn wait_for(api: Api<CertificateSigningRequest>, name: &str) -> Result<String> {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = watcher::watcher(api, cfg).applied_objects().boxed();
     while let Some(csr) = events.try_next().await.map_err(|source| Error::Watch { name: name.into(), source })? {
@@ -190,21 +195,35 @@ pub fn outcome(csr: &CertificateSigningRequest) -> Result<Option<String>> {
 /// kubelet's `isClientConfigStillValid`: the kubeconfig parses and its client certificate has
 /// not expired.
 pub fn still_valid(kubeconfig: &Path, now: i64) -> bool {
-    let Ok(kc) = read_kubeconfig(kubeconfig) else { return false };
-    let Some(user) = current_user(&kc) else { return false };
+    client_identity(kubeconfig).is_some_and(|id| now < id.not_after)
+}
+
+/// The kubeconfig's client certificate (inline or from its file), parsed; None when it has none.
+pub fn client_identity(kubeconfig: &Path) -> Option<kaji_pki::Identity> {
+    let kc = read_kubeconfig(kubeconfig).ok()?;
+    let user = current_user(&kc)?;
     let pem = match (&user.client_certificate_data, &user.client_certificate) {
         (Some(data), _) => {
             base64::engine::general_purpose::STANDARD.decode(data.trim()).ok().and_then(|b| String::from_utf8(b).ok())
         }
         (None, Some(path)) => std::fs::read_to_string(relative_to(kubeconfig, path)).ok(),
         (None, None) => None,
-    };
-    let Some(pem) = pem else { return false };
-    let Ok(der) = kaji_pki::cert::first_cert(&pem, "the kubeconfig's client certificate") else { return false };
-    kaji_pki::Identity::parse(der.as_ref()).is_ok_and(|id| now < id.not_after)
+    }?;
+    let der = kaji_pki::cert::first_cert(&pem, "the kubeconfig's client certificate").ok()?;
+    kaji_pki::Identity::parse(der.as_ref()).ok()
 }
 
-fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig> {
+/// The client certificate and key files a kubeconfig names (None when inline or absent).
+pub fn client_files(kubeconfig: &Path) -> Option<(PathBuf, PathBuf)> {
+    let kc = read_kubeconfig(kubeconfig).ok()?;
+    let user = current_user(&kc)?;
+    match (&user.client_certificate, &user.client_key) {
+        (Some(c), Some(k)) => Some((relative_to(kubeconfig, c), relative_to(kubeconfig, k))),
+        _ => None,
+    }
+}
+
+pub(crate) fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig> {
     kube::config::Kubeconfig::read_from(path)
         .map_err(|e| Error::Kubeconfig { path: path.to_path_buf(), detail: e.to_string() })
 }
@@ -220,7 +239,7 @@ fn current_user(kc: &kube::config::Kubeconfig) -> Option<&kube::config::AuthInfo
 }
 
 /// The server and CA (PEM) the bootstrap kubeconfig trusts: the new kubeconfig keeps them.
-fn cluster_of(kc: &kube::config::Kubeconfig, path: &Path) -> Result<(String, String)> {
+pub(crate) fn cluster_of(kc: &kube::config::Kubeconfig, path: &Path) -> Result<(String, String)> {
     let bad = |detail: &str| Error::Kubeconfig { path: path.to_path_buf(), detail: detail.into() };
     let name = current_context(kc).map(|c| c.cluster.clone()).ok_or_else(|| bad("no current context"))?;
     let cluster = kc

@@ -19,6 +19,7 @@ pub mod pods;
 pub mod portforward;
 pub mod probes;
 pub mod remotecommand;
+pub mod rotation;
 pub mod runtime;
 pub mod sandbox;
 pub mod spdy;

@@ -18,9 +18,13 @@ struct Args {
     /// --kubeconfig using the certificate issued.
     #[arg(long)]
     bootstrap_kubeconfig: Option<PathBuf>,
-    /// Where the bootstrapped client key and certificate go (default: <root-dir>/pki).
+    /// Where the bootstrapped and rotated client keys and certificates go (default: <root-dir>/pki).
     #[arg(long)]
     cert_dir: Option<PathBuf>,
+    /// Renew the client certificate of --kubeconfig at 70-90% of its lifetime through a
+    /// CertificateSigningRequest (kubelet's --rotate-certificates, which kubeadm turns on).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    rotate_certificates: bool,
     /// Node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -361,12 +365,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let (k, v) = l.split_once('=').with_context(|| format!("--node-label {l:?}: want key=value"))?;
         config.node_labels.insert(k.to_string(), v.to_string());
     }
-    let handle =
-        kaji_agent::start(args.api.client(concat!("kaji-agent/", env!("CARGO_PKG_VERSION"))).await?, config).await?;
+    let client = client(&args, &node_name).await?;
+    let handle = kaji_agent::start(client, config).await?;
     kaji_component::stop_on_signal(handle.stopper(), "containers keep running for the next agent");
     handle.wait().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+const USER_AGENT: &str = concat!("kaji-agent/", env!("CARGO_PKG_VERSION"));
+
+/// The agent's API client; with a client certificate in --kubeconfig and --rotate-certificates,
+/// one that follows the certificate as `rotation` renews it.
+async fn client(args: &Args, node_name: &str) -> anyhow::Result<kube::Client> {
+    let config = args.api.config(USER_AGENT).await?;
+    let namespace = config.default_namespace.clone();
+    let client = kube::Client::try_from(config)?;
+    let Some(kubeconfig) = args.api.kubeconfig.clone() else { return Ok(client) };
+    if !args.rotate_certificates || kaji_agent::bootstrap::client_identity(&kubeconfig).is_none() {
+        return Ok(client);
+    }
+    let rotating = kaji_agent::rotation::Rotating::new(client);
+    let api = args.api.clone();
+    let settings = kaji_agent::rotation::Settings {
+        kubeconfig,
+        cert_dir: args.cert_dir.clone().unwrap_or_else(|| args.root_dir.join("pki")),
+        node: node_name.to_string(),
+        connect: Box::new(move || {
+            let api = api.clone();
+            Box::pin(async move { Ok(kube::Client::try_from(api.config(USER_AGENT).await?)?) })
+        }),
+    };
+    tokio::spawn(kaji_agent::rotation::run(settings, rotating.clone()));
+    Ok(rotating.client(&namespace))
 }
 
 #[cfg(test)]

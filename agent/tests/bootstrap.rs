@@ -22,6 +22,8 @@ struct AgentProcess {
     child: Child,
     root: PathBuf,
     cgroup_parent: String,
+    /// Removed after the agent's own cleanup (fields drop after `Drop::drop`).
+    _tmp: tempfile::TempDir,
 }
 
 impl Drop for AgentProcess {
@@ -86,14 +88,21 @@ async fn client_for(path: &Path) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr() {
-    assert!(nix::unistd::geteuid().is_root(), "the agent process needs root (cgroups, mounts)");
-    kaji_pki::install_crypto_provider();
-    let data = tempfile::tempdir().expect("tempdir");
-    let pki = kaji_pki::layout::Layout::new(data.path().join("pki-root"));
+/// A secure apiserver (bootstrap tokens, Node,RBAC, NodeRestriction) and the controller
+/// manager's CSR controllers signing for `duration`, with the admin's kubeconfig.
+struct Cluster {
+    _server: kaji_apiserver::Server,
+    url: String,
+    ca: kaji_pki::Ca,
+    admin_path: PathBuf,
+    admin: kube::Client,
+    manager: kaji_controllers::Handle,
+}
+
+async fn cluster(data: &Path, duration: Duration) -> Cluster {
+    let pki = kaji_pki::layout::Layout::new(data.join("pki-root"));
     pki.init(&kaji_pki::layout::InitSpec { server: "https://127.0.0.1".into(), ..Default::default() }).expect("pki");
-    let mut api_config = kaji_apiserver::Config::new("127.0.0.1:0".parse().expect("addr"), data.path().join("data"));
+    let mut api_config = kaji_apiserver::Config::new("127.0.0.1:0".parse().expect("addr"), data.join("data"));
     api_config.tls =
         Some(kaji_apiserver::Serving { cert_file: pki.pki("apiserver.crt"), key_file: pki.pki("apiserver.key") });
     api_config.authentication.client_ca_file = Some(pki.ca_cert());
@@ -110,7 +119,7 @@ async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr(
 
     let signing = kaji_controllers::certificates::signer::Settings {
         ca: std::sync::Arc::new(pki.load_ca().expect("ca")),
-        duration: kaji_controllers::certificates::signer::DEFAULT_DURATION,
+        duration,
     };
     let manager = kaji_controllers::start(
         admin.clone(),
@@ -124,6 +133,45 @@ async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr(
     .await
     .expect("controller manager");
 
+    Cluster { _server: server, url, ca, admin_path, admin, manager }
+}
+
+/// The real agent with only a bootstrap kubeconfig (no pod network, no server port).
+fn spawn_agent(
+    bootstrap_path: &Path,
+    node_kubeconfig: &Path,
+    cert_dir: &Path,
+    node_name: &str,
+    tag: &str,
+) -> AgentProcess {
+    let root = tempfile::Builder::new().prefix("kaji-agent-test").tempdir_in("/tmp").expect("root");
+    let cgroup_parent = format!("kaji-agent-test-{tag}-{}", std::process::id());
+    let child = Command::new(AGENT)
+        .arg("--bootstrap-kubeconfig")
+        .arg(bootstrap_path)
+        .arg("--kubeconfig")
+        .arg(node_kubeconfig)
+        .arg("--cert-dir")
+        .arg(cert_dir)
+        .arg("--root-dir")
+        .arg(root.path().join("root"))
+        .args(["--node-name", node_name, "--node-ip", "127.0.0.1", "--port", "0", "--healthz-port", "0"])
+        .args(["--pod-network", "none", "--cgroup-driver", "cgroupfs", "--cgroup-parent", &cgroup_parent])
+        .env("RUST_LOG", "warn,kaji_agent::bootstrap=info,kaji_agent::rotation=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kaji-agent starts");
+    AgentProcess { child, root: root.path().join("root"), cgroup_parent, _tmp: root }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr() {
+    assert!(nix::unistd::geteuid().is_root(), "the agent process needs root (cgroups, mounts)");
+    kaji_pki::install_crypto_provider();
+    let data = tempfile::tempdir().expect("tempdir");
+    let Cluster { _server, url, ca, admin_path, admin, manager } =
+        cluster(data.path(), kaji_controllers::certificates::signer::DEFAULT_DURATION).await;
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     secrets
         .create(&PostParams::default(), &token_secret("abcdef", "0123456789abcdef", "2999-01-01T00:00:00Z"))
@@ -149,25 +197,7 @@ async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr(
     kubeconfig(&bootstrap_path, &url, ca.cert_pem(), Credentials::Token("abcdef.0123456789abcdef".into()));
     let node_kubeconfig = data.path().join("node").join("kubeconfig");
     let cert_dir = data.path().join("node").join("pki");
-    let root = tempfile::Builder::new().prefix("kaji-agent-test").tempdir_in("/tmp").expect("root");
-    let cgroup_parent = format!("kaji-agent-test-bootstrap-{}", std::process::id());
-    let child = Command::new(AGENT)
-        .arg("--bootstrap-kubeconfig")
-        .arg(&bootstrap_path)
-        .arg("--kubeconfig")
-        .arg(&node_kubeconfig)
-        .arg("--cert-dir")
-        .arg(&cert_dir)
-        .arg("--root-dir")
-        .arg(root.path().join("root"))
-        .args(["--node-name", &node_name, "--node-ip", "127.0.0.1", "--port", "0", "--healthz-port", "0"])
-        .args(["--pod-network", "none", "--cgroup-driver", "cgroupfs", "--cgroup-parent", &cgroup_parent])
-        .env("RUST_LOG", "warn,kaji_agent::bootstrap=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("kaji-agent starts");
-    let agent = AgentProcess { child, root: root.path().join("root"), cgroup_parent };
+    let agent = spawn_agent(&bootstrap_path, &node_kubeconfig, &cert_dir, &node_name, "bootstrap");
 
     let nodes: Api<Node> = Api::all(admin.clone());
     let deadline = Instant::now() + WAIT;
@@ -360,4 +390,102 @@ async fn a_node_joins_with_a_bootstrap_token_through_an_approved_and_signed_csr(
 fn base64(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Certificates of 60 s (backdated five minutes, as Kubernetes' signer does, so 70–90 % of their
+/// lifetime has passed when they are issued): the agent renews its bootstrapped certificate at
+/// once with a `csr-…` request of its own, approved as `selfnodeclient`, points its kubeconfig
+/// at the new pair, and keeps renewing its Lease after the bootstrapped certificate expired —
+/// without rotation the node lost the API a minute after joining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_rotates_its_client_certificate_before_it_expires() {
+    assert!(nix::unistd::geteuid().is_root(), "the agent process needs root (cgroups, mounts)");
+    kaji_pki::install_crypto_provider();
+    let data = tempfile::tempdir().expect("tempdir");
+    let c = cluster(data.path(), Duration::from_secs(60)).await;
+    Api::<Secret>::namespaced(c.admin.clone(), "kube-system")
+        .create(&PostParams::default(), &token_secret("rotate", "0123456789abcdef", "2999-01-01T00:00:00Z"))
+        .await
+        .expect("token");
+    let node_name = format!("rotator-{}", std::process::id());
+    let bootstrap_path = data.path().join("bootstrap.kubeconfig");
+    kubeconfig(&bootstrap_path, &c.url, c.ca.cert_pem(), Credentials::Token("rotate.0123456789abcdef".into()));
+    let node_kubeconfig = data.path().join("node").join("kubeconfig");
+    let cert_dir = data.path().join("node").join("pki");
+    let agent = spawn_agent(&bootstrap_path, &node_kubeconfig, &cert_dir, &node_name, "rotate");
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(c.admin.clone());
+    let issued = |csr: &CertificateSigningRequest| {
+        csr.status.as_ref().and_then(|s| s.certificate.as_ref()).map(|pem| {
+            let der = kaji_pki::cert::first_cert(&String::from_utf8_lossy(&pem.0), "issued").expect("pem");
+            kaji_pki::Identity::parse(der.as_ref()).expect("identity")
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (first, renewal) = loop {
+        let list = csrs.list(&ListParams::default()).await.expect("csrs").items;
+        let name = |c: &CertificateSigningRequest| c.metadata.name.clone().unwrap_or_default();
+        let first = list.iter().find(|c| name(c).starts_with("node-csr-")).and_then(issued);
+        let renewal = list.iter().find(|c| name(c).starts_with("csr-") && issued(c).is_some()).cloned();
+        if let (Some(first), Some(renewal)) = (first, renewal) {
+            break (first, renewal);
+        }
+        assert!(Instant::now() < deadline, "no renewal was issued: {:?}", list.iter().map(name).collect::<Vec<_>>());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // The renewal is the node's own request, approved because a node may renew its own.
+    assert_eq!(renewal.spec.username.as_deref(), Some(format!("system:node:{node_name}").as_str()));
+    assert_eq!(renewal.spec.signer_name, "kubernetes.io/kube-apiserver-client-kubelet");
+    let approved = renewal.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    assert_eq!(
+        approved[0].message.as_deref(),
+        Some("Auto approving self kubelet client certificate after SubjectAccessReview.")
+    );
+    let renewed = issued(&renewal).expect("issued");
+    assert_eq!(renewed.common_name, format!("system:node:{node_name}"));
+    assert_eq!(renewed.organizations, ["system:nodes"]);
+    assert_eq!(first.not_after - first.not_before, 60 + 300, "the signer's 60 s, backdated five minutes");
+
+    // The kubeconfig moves to a rotated pair (kubelet-client-<time>.crt) and the bootstrapped
+    // one is removed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (cert, _) = loop {
+        if let Some((cert, key)) = kaji_agent::bootstrap::client_files(&node_kubeconfig) {
+            let file = cert.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if file.starts_with("kubelet-client-2") {
+                break (cert, key);
+            }
+        }
+        assert!(Instant::now() < deadline, "the kubeconfig still names the bootstrapped pair");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(cert.starts_with(&cert_dir), "{}", cert.display());
+    assert!(!cert_dir.join("kubelet-client.crt").exists(), "the bootstrapped pair is gone");
+
+    // Past the bootstrapped certificate's end, the node still speaks as itself: its Lease is
+    // renewed, and its kubeconfig works for kubectl.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(c.admin.clone(), "kube-node-lease");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let renewed_at = leases
+            .get_opt(&node_name)
+            .await
+            .expect("lease")
+            .and_then(|l| l.spec.and_then(|s| s.renew_time))
+            .map(|t| t.0.as_second());
+        if renewed_at.is_some_and(|t| t > first.not_after + 5) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Lease was not renewed after the first certificate expired: {renewed_at:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (ok, out, err) = kubectl(&node_kubeconfig, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("system:node:{node_name}"));
+
+    drop(agent);
+    c.manager.shutdown().await.expect("manager stops");
 }
