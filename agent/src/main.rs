@@ -325,7 +325,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .context("failed to run the TLS bootstrap")?;
     }
     let node_ip = node_ip(&args)?;
-    let mut config = kaji_agent::Config::new(node_name, node_ip, args.root_dir.clone());
+    let mut config = kaji_agent::Config::new(node_name.clone(), node_ip, args.root_dir.clone());
     config.cgroup_parent = args.cgroup_parent.clone();
     config.cgroup_driver = args.cgroup_driver;
     tracing::info!(%node_ip, cgroup_driver = ?config.cgroup_driver, kubepods = %config.kubepods_cgroup().display(), "node");
