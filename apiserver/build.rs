@@ -44,7 +44,7 @@ fn main() {
     std::fs::write(&out, definitions.to_string()).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
 }
 
-/// The Kubernetes version k8s-openapi is built for (`v1_33`), from its enabled features.
+/// The Kubernetes version k8s-openapi is built for (`v1_37`), from its enabled features.
 fn k8s_openapi_version(meta: &serde_json::Value) -> String {
     let ids: Vec<&str> = meta["packages"]
         .as_array()

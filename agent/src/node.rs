@@ -354,7 +354,7 @@ impl Node {
                 container_runtime_version: format!("kaji://{}", env!("CARGO_PKG_VERSION")),
                 kernel_version: kernel,
                 kube_proxy_version: String::new(),
-                kubelet_version: format!("v1.33.0-kaji.{}", env!("CARGO_PKG_VERSION")),
+                kubelet_version: kaji_api::version::git_version(),
                 machine_id: machine_id.clone(),
                 operating_system: "linux".into(),
                 os_image: os_image(),

@@ -179,8 +179,10 @@ fn perform(action: &Action, timeout: Duration) -> Outcome {
                 Ok(s) => s,
                 Err(e) => return Outcome::Failure(format!("Get \"http://{addr}{path}\": {e}")),
             };
-            let mut req =
-                format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\n");
+            let (major, minor) = (kaji_api::version::MAJOR, kaji_api::version::MINOR);
+            let mut req = format!(
+                "GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: kube-probe/{major}.{minor}\r\nAccept: */*\r\n"
+            );
             for (k, v) in headers.iter().filter(|(k, _)| !k.eq_ignore_ascii_case("host")) {
                 req.push_str(&format!("{k}: {v}\r\n"));
             }

@@ -107,8 +107,8 @@ impl TokenManager {
 
 async fn request(client: &kube::Client, pod: &Pod, key: &Key, now: Timestamp) -> Result<Issued, String> {
     let tr = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: if key.audience.is_empty() { vec![] } else { vec![key.audience.clone()] },
+        spec: Some(TokenRequestSpec {
+            audiences: Some(if key.audience.is_empty() { vec![] } else { vec![key.audience.clone()] }),
             expiration_seconds: Some(key.expiration_seconds),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
@@ -116,13 +116,16 @@ async fn request(client: &kube::Client, pod: &Pod, key: &Key, now: Timestamp) ->
                 name: pod.metadata.name.clone(),
                 uid: pod.metadata.uid.clone(),
             }),
-        },
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &key.namespace);
     let out = api.create_token_request(&key.account, &PostParams::default(), &tr).await.map_err(|e| e.to_string())?;
     let status = out.status.ok_or("the TokenRequest came back without a status")?;
-    Ok(Issued { token: status.token, issued: now, expires: status.expiration_timestamp.0 })
+    let token = status.token.ok_or("the TokenRequest came back without a token")?;
+    let expires = status.expiration_timestamp.ok_or("the TokenRequest came back without an expiration")?.0;
+    Ok(Issued { token, issued: now, expires })
 }
 
 #[cfg(test)]

@@ -549,12 +549,12 @@ mod tests {
         assert!(safe_relative("").is_none());
         let data = BTreeMap::from([("k".to_string(), b"v".to_vec())]);
         let mut out = BTreeMap::new();
-        let items = [KeyToPath { key: "k".into(), path: "../x".into(), mode: None }];
+        let items = [KeyToPath { key: "k".into(), path: "../x".into(), mode: None, user: None }];
         assert!(matches!(
             project(&mut out, &data, Some(&items), 0o644, "ConfigMap", "ns", "cm"),
             Err(Error::Config(_))
         ));
-        let items = [KeyToPath { key: "missing".into(), path: "x".into(), mode: None }];
+        let items = [KeyToPath { key: "missing".into(), path: "x".into(), mode: None, user: None }];
         let err = project(&mut out, &data, Some(&items), 0o644, "ConfigMap", "ns", "cm").expect_err("missing key");
         assert_eq!(err.to_string(), "couldn't find key missing in ConfigMap ns/cm");
     }

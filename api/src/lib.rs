@@ -10,3 +10,4 @@ pub mod selector;
 pub mod strategic;
 pub mod table;
 pub mod validation;
+pub mod version;

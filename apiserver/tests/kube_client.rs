@@ -115,7 +115,7 @@ async fn created_objects_read_back_with_server_set_metadata() -> anyhow::Result<
     assert_eq!(image.as_deref(), Some("registry.example/app:1"));
 
     let got = within(deployments.get("api")).await??;
-    assert_eq!(got.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    assert_eq!(got.spec.replicas, Some(2));
     assert_eq!(got.metadata.generation, Some(1), "a new deployment is at generation 1");
 
     let got = within(config_maps.get("settings")).await??;
@@ -355,13 +355,13 @@ async fn deployment_scale_subresource_reads_and_sets_replicas() -> anyhow::Resul
 
     let scale = within(deployments.get_scale("api")).await??;
     assert_eq!(scale.metadata.name.as_deref(), Some("api"));
-    assert_eq!(scale.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
 
     let patch = json!({"spec": {"replicas": 5}});
     let scaled = within(deployments.patch_scale("api", &PatchParams::default(), &Patch::Merge(&patch))).await??;
-    assert_eq!(scaled.spec.as_ref().and_then(|s| s.replicas), Some(5));
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(5));
     let got = within(deployments.get("api")).await??;
-    assert_eq!(got.spec.as_ref().and_then(|s| s.replicas), Some(5), "scaling changes the deployment");
+    assert_eq!(got.spec.replicas, Some(5), "scaling changes the deployment");
     assert_eq!(got.metadata.generation, Some(2), "a scale is a spec change");
     cluster.stop().await
 }

@@ -233,7 +233,7 @@ fn converged(d: Option<&Deployment>, n: i32) -> bool {
     let s = d.status.clone().unwrap_or_default();
     s.observed_generation.is_some()
         && s.observed_generation >= d.metadata.generation
-        && d.spec.as_ref().and_then(|s| s.replicas) == Some(n)
+        && d.spec.replicas == Some(n)
         && [s.replicas, s.updated_replicas, s.ready_replicas, s.available_replicas].iter().all(|v| v.unwrap_or(0) == n)
 }
 

@@ -55,7 +55,7 @@ async fn ds_status(c: &Cluster, name: &str) -> anyhow::Result<Value> {
 
 async fn revisions(c: &Cluster, app: &str) -> anyhow::Result<Vec<i64>> {
     let list = c.api::<ControllerRevision>().list(&ListParams::default().labels(&format!("app={app}"))).await?;
-    let mut revs: Vec<i64> = list.items.iter().map(|r| r.revision).collect();
+    let mut revs: Vec<i64> = list.items.iter().filter_map(|r| r.revision).collect();
     revs.sort();
     Ok(revs)
 }

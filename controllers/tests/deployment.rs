@@ -11,13 +11,13 @@ use kube::ResourceExt;
 use serde_json::json;
 
 fn condition(d: &Deployment, type_: &str) -> Option<(String, String)> {
-    let c = d.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
+    let c = d.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_.as_deref() == Some(type_))?;
+    Some((c.status.clone().unwrap_or_default(), c.reason.clone().unwrap_or_default()))
 }
 
 /// `kubectl rollout status`'s success test.
 fn rolled_out(d: &Deployment) -> bool {
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let want = d.spec.replicas.unwrap_or(1);
     let s = d.status.clone().unwrap_or_default();
     s.observed_generation >= d.metadata.generation
         && s.updated_replicas == Some(want)
@@ -88,16 +88,16 @@ async fn creates_scales_rolls_and_rolls_back() -> anyhow::Result<()> {
     let rs = sets(&c, "app=web").await?;
     assert_eq!(rs.len(), 2, "old and new ReplicaSets");
     let second = rs.iter().find(|r| r.metadata.name.as_deref() != Some(&first)).cloned().unwrap_or_default();
-    assert_eq!(second.spec.as_ref().and_then(|s| s.replicas), Some(5));
+    assert_eq!(second.spec.replicas, Some(5));
     assert_eq!(second.annotations().get("deployment.kubernetes.io/revision").map(String::as_str), Some("2"));
     let old = rs.iter().find(|r| r.metadata.name.as_deref() == Some(&first)).cloned().unwrap_or_default();
-    assert_eq!(old.spec.as_ref().and_then(|s| s.replicas), Some(0));
+    assert_eq!(old.spec.replicas, Some(0));
 
     // Rollback: the first ReplicaSet is current again, with revision 3.
     api.patch("web", &PatchParams::default(), &set_image("registry.example/web:1")).await?;
     drive_rollout(&c, "web", "app=web", 6, 5).await?;
     let back = c.api::<ReplicaSet>().get(&first).await?;
-    assert_eq!(back.spec.as_ref().and_then(|s| s.replicas), Some(5));
+    assert_eq!(back.spec.replicas, Some(5));
     assert_eq!(back.annotations().get("deployment.kubernetes.io/revision").map(String::as_str), Some("3"));
     let d = api.get("web").await?;
     assert_eq!(d.annotations().get("deployment.kubernetes.io/revision").map(String::as_str), Some("3"));

@@ -60,7 +60,7 @@ async fn slice_conditions(c: &Cluster, svc: &str) -> anyhow::Result<Vec<(String,
         .await?
         .items
         .into_iter()
-        .flat_map(|s| s.endpoints)
+        .flat_map(|s| s.endpoints.unwrap_or_default())
         .map(|e| (e.addresses[0].clone(), e.conditions.and_then(|c| c.ready) == Some(true)))
         .collect();
     out.sort();

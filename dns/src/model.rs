@@ -114,6 +114,7 @@ pub fn slice(s: &EndpointSlice) -> Option<Slice> {
     let endpoints = s
         .endpoints
         .iter()
+        .flatten()
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
         .map(|e| Endpoint {
             addresses: e.addresses.iter().filter_map(|a| a.parse().ok()).collect(),

@@ -146,7 +146,7 @@ impl SliceInfo {
             ports.push(SlicePort { name, protocol, port });
         }
         let mut endpoints = Vec::new();
-        for ep in &slice.endpoints {
+        for ep in slice.endpoints.iter().flatten() {
             let Some(addr) = ep.addresses.first() else { continue };
             let Ok(ip) = addr.parse::<Ipv4Addr>() else {
                 warnings.push(format!("endpointslice {ns}/{slice_name}: address {addr:?} is not an IPv4 address"));

@@ -253,8 +253,8 @@ def objects_carry_their_status_in_every_verbs_response(core, apps):
 def reads_the_server_version(core, apps):
     """VersionApi asks for /version/ (with the slash), as the real apiserver serves it."""
     info = client.VersionApi(core.api_client).get_code()
-    assert info.major == "1" and info.minor == "32", f"version: {info}"
-    assert info.git_version.startswith("v1.32."), f"gitVersion: {info.git_version}"
+    assert info.major == "1" and info.minor == "37", f"version: {info}"
+    assert info.git_version.startswith("v1.37."), f"gitVersion: {info.git_version}"
 
 
 CHECKS = [

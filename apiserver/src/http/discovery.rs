@@ -6,9 +6,9 @@ use serde_json::{json, Value};
 /// Kubernetes' version.Info; kubectl's dispatcher picks its client from `minor`.
 pub fn version() -> Value {
     json!({
-        "major": "1",
-        "minor": "32",
-        "gitVersion": concat!("v1.32.0-kaji.", env!("CARGO_PKG_VERSION")),
+        "major": kaji_api::version::MAJOR,
+        "minor": kaji_api::version::MINOR,
+        "gitVersion": kaji_api::version::git_version(),
         "gitCommit": option_env!("KAJI_GIT_COMMIT").unwrap_or("unknown"),
         "gitTreeState": "clean",
         "buildDate": "1970-01-01T00:00:00Z",
@@ -263,6 +263,7 @@ mod tests {
         ] {
             assert!(v[f].is_string(), "{f}");
         }
-        assert_eq!(v["minor"], "32");
+        assert_eq!(v["minor"], "37");
+        assert_eq!(v["gitVersion"], format!("v1.37.2-kaji.{}", env!("CARGO_PKG_VERSION")));
     }
 }

@@ -87,11 +87,11 @@ pub fn status(d: &Deployment) -> Result<(String, bool), String> {
     if generation > st.observed_generation.unwrap_or(0) {
         return Ok(("Waiting for deployment spec update to be observed...\n".into(), false));
     }
-    let progressing = st.conditions.iter().flatten().find(|c| c.type_ == "Progressing");
+    let progressing = st.conditions.iter().flatten().find(|c| c.type_.as_deref() == Some("Progressing"));
     if progressing.is_some_and(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded")) {
         return Err(format!("deployment {name:?} exceeded its progress deadline"));
     }
-    let want = d.spec.as_ref().and_then(|s| s.replicas);
+    let want = d.spec.replicas;
     let (updated, total, available) =
         (st.updated_replicas.unwrap_or(0), st.replicas.unwrap_or(0), st.available_replicas.unwrap_or(0));
     if let Some(want) = want.filter(|w| updated < *w) {

@@ -106,7 +106,7 @@ mod tests {
     #[test]
     fn demo_pods_are_spread_one_per_node() {
         let d: Deployment = serde_json::from_value(deployment(3)).expect("a valid Deployment");
-        let spec = d.spec.expect("spec");
+        let spec = d.spec;
         assert_eq!(spec.replicas, Some(3));
         let pod = spec.template.spec.expect("pod spec");
         let spread = &pod.topology_spread_constraints.expect("spread")[0];

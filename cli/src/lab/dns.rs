@@ -229,7 +229,7 @@ mod tests {
             [(Some("dns"), 53, Some("UDP")), (Some("dns-tcp"), 53, Some("TCP")), (Some("metrics"), 9153, Some("TCP"))]
         );
         let d: Deployment = serde_json::from_value(objects[4].clone()).expect("a valid Deployment");
-        let spec = d.spec.expect("spec");
+        let spec = d.spec;
         assert_eq!(spec.replicas, Some(2));
         let pod = spec.template.spec.expect("pod spec");
         assert_eq!(pod.dns_policy.as_deref(), Some("Default"), "forwards to the node's resolver");

@@ -64,7 +64,7 @@ pub fn error_policy(cj: Arc<CronJob>, err: &Error, ctx: Arc<Ctx>) -> Action {
 async fn sync(cj: &CronJob, ctx: &Ctx, key: &str) -> Result<Action, Error> {
     let ns = cj.namespace().unwrap_or_default();
     let uid = cj.uid().unwrap_or_default();
-    let Some(spec) = cj.spec.as_ref() else { return Ok(Action::await_change()) };
+    let spec = &cj.spec;
     let err = |action| move |source| Error::Api { action, key: key.to_string(), source };
     let jobs_api: Api<Job> = Api::namespaced(ctx.shared.client.clone(), &ns);
     let all = ctx.jobs.state();
@@ -203,7 +203,7 @@ async fn record(ctx: &Ctx, cj: &CronJob, events: &[Event]) {
 /// The Job for one start time: the template's metadata and spec, owned by the CronJob, with the
 /// scheduled time annotated.
 pub fn new_job(cj: &CronJob, name: &str, scheduled: jiff::Timestamp, tz: &TimeZone) -> Job {
-    let template = cj.spec.as_ref().map(|s| s.job_template.clone()).unwrap_or_default();
+    let template = cj.spec.job_template.clone();
     let tmeta = template.metadata.unwrap_or_default();
     let mut annotations = tmeta.annotations.unwrap_or_default();
     annotations.insert(

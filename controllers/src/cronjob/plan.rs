@@ -72,7 +72,7 @@ pub fn reference(job: &Job) -> ObjectReference {
 
 pub fn plan(input: &Input<'_>) -> Plan {
     let cj = input.cron_job;
-    let spec = cj.spec.clone().unwrap_or_default();
+    let spec = cj.spec.clone();
     let mut status = cj.status.clone().unwrap_or_default();
     let mut events = Vec::new();
     let mut active = status.active.clone().unwrap_or_default();
@@ -234,7 +234,7 @@ mod tests {
     }
 
     fn run(cj: &CronJob, jobs: &[&Job], missing: &[&str], now: &str) -> Plan {
-        let schedule = Schedule::parse(&cj.spec.as_ref().expect("spec").schedule).expect("schedule");
+        let schedule = Schedule::parse(&cj.spec.schedule).expect("schedule");
         let missing: HashSet<String> = missing.iter().map(|s| s.to_string()).collect();
         plan(&Input {
             cron_job: cj,

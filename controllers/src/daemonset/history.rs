@@ -19,7 +19,7 @@ pub const DEFAULT_LIMIT: i32 = 10;
 /// The revision data (getPatch): a strategic merge patch that replaces `spec.template` with the
 /// DaemonSet's current template.
 pub fn patch(ds: &DaemonSet) -> Value {
-    let template = ds.spec.as_ref().map(|s| &s.template);
+    let template = &ds.spec.template;
     let mut template = serde_json::to_value(template).unwrap_or(Value::Null);
     if let Value::Object(map) = &mut template {
         map.insert("$patch".into(), json!("replace"));
@@ -30,23 +30,19 @@ pub fn patch(ds: &DaemonSet) -> Value {
 /// The hash of the current template and collision count (ComputeHash), which names the revision.
 pub fn template_hash(ds: &DaemonSet) -> String {
     let collisions = ds.status.as_ref().and_then(|s| s.collision_count);
-    match ds.spec.as_ref() {
-        Some(spec) => hash::compute(&spec.template, collisions),
-        None => hash::compute(&Default::default(), collisions),
-    }
+    hash::compute(&ds.spec.template, collisions)
 }
 
 /// Whether a revision records the current template (Match).
 pub fn matches(ds: &DaemonSet, rev: &ControllerRevision) -> bool {
-    rev.data.as_ref().is_some_and(|d| d.0 == patch(ds))
+    rev.data.0 == patch(ds)
 }
 
 /// The revision to create for the current template (snapshot).
 pub fn snapshot(ds: &DaemonSet, revision: i64) -> ControllerRevision {
     let hash = template_hash(ds);
     let name = ds.metadata.name.clone().unwrap_or_default();
-    let mut labels =
-        ds.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
+    let mut labels = ds.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
     labels.insert(REVISION_HASH.into(), hash.clone());
     ControllerRevision {
         metadata: ObjectMeta {
@@ -57,8 +53,8 @@ pub fn snapshot(ds: &DaemonSet, revision: i64) -> ControllerRevision {
             owner_references: Some(vec![controller_ref(ds)]),
             ..ObjectMeta::default()
         },
-        data: Some(RawExtension(patch(ds))),
-        revision,
+        data: RawExtension(patch(ds)),
+        revision: Some(revision),
     }
 }
 
@@ -72,7 +68,7 @@ pub fn split<'a>(
 
 /// The highest revision number among `revisions` (0 for none).
 pub fn max_revision(revisions: &[&ControllerRevision]) -> i64 {
-    revisions.iter().map(|r| r.revision).max().unwrap_or(0)
+    revisions.iter().map(|r| r.revision.unwrap_or(0)).max().unwrap_or(0)
 }
 
 /// Of several revisions matching the current template, the one kept: the highest revision, the
@@ -91,7 +87,7 @@ pub fn to_delete<'a>(
     let keep = usize::try_from(limit.unwrap_or(DEFAULT_LIMIT)).unwrap_or(0);
     let mut kill = old.len().saturating_sub(keep);
     let mut sorted = old.to_vec();
-    sorted.sort_by_key(|r| r.revision);
+    sorted.sort_by_key(|r| r.revision.unwrap_or(0));
     let mut out = Vec::new();
     for rev in sorted {
         if kill == 0 {
@@ -138,7 +134,7 @@ mod tests {
         assert_eq!(r.metadata.name, Some(format!("d-{hash}")));
         assert_eq!(r.metadata.labels.as_ref().and_then(|l| l.get(REVISION_HASH)), Some(&hash));
         assert_eq!(r.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str), Some("d"));
-        assert_eq!(r.revision, 4);
+        assert_eq!(r.revision, Some(4));
         assert!(matches(&set, &r));
         assert!(!matches(&ds("a:2"), &r));
     }
@@ -146,7 +142,7 @@ mod tests {
     #[test]
     fn the_kept_current_revision_is_the_highest() {
         let (a, b) = (rev("a:1", 2, "x"), rev("a:1", 5, "y"));
-        assert_eq!(keep(&[&a, &b]).map(|r| r.revision), Some(5));
+        assert_eq!(keep(&[&a, &b]).map(|r| r.revision.unwrap_or(0)), Some(5));
         assert_eq!(max_revision(&[&a, &b]), 5);
         assert_eq!(max_revision(&[]), 0);
     }
@@ -156,7 +152,7 @@ mod tests {
         let old: Vec<ControllerRevision> = (1..=4).map(|i| rev(&format!("r{i}"), i, &format!("h{i}"))).collect();
         let refs: Vec<&ControllerRevision> = old.iter().collect();
         let live: HashSet<String> = ["h1".to_string()].into();
-        let gone: Vec<i64> = to_delete(Some(2), &refs, &live).iter().map(|r| r.revision).collect();
+        let gone: Vec<i64> = to_delete(Some(2), &refs, &live).iter().map(|r| r.revision.unwrap_or(0)).collect();
         assert_eq!(gone, vec![2, 3], "the oldest beyond the limit, skipping one in use");
         assert!(to_delete(None, &refs, &live).is_empty(), "the default limit is 10");
     }

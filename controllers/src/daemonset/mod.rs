@@ -118,7 +118,7 @@ async fn sync(ds: &DaemonSet, ctx: &Ctx, key: &str) -> Result<Action, Error> {
     }
     let ns = ds.namespace().unwrap_or_default();
     let uid = ds.uid().unwrap_or_default();
-    let Some(spec) = ds.spec.as_ref() else { return Ok(Action::await_change()) };
+    let spec = &ds.spec;
     let Some(selector) = Selector::for_workload(&spec.selector) else {
         tracing::warn!(daemonset = %key, "invalid or empty selector; ignoring");
         return Ok(Action::await_change());
@@ -200,7 +200,7 @@ async fn sync(ds: &DaemonSet, ctx: &Ctx, key: &str) -> Result<Action, Error> {
 }
 
 fn is_rolling(ds: &DaemonSet) -> bool {
-    let strategy = ds.spec.as_ref().and_then(|s| s.update_strategy.as_ref());
+    let strategy = ds.spec.update_strategy.as_ref();
     strategy.and_then(|s| s.type_.as_deref()).unwrap_or("RollingUpdate") == "RollingUpdate"
 }
 
@@ -292,7 +292,7 @@ async fn sync_nodes(
 
 /// A daemon pod for `node` (CreatePodTemplate + the node affinity), named `<set>-<random>`.
 pub fn new_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
-    let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = ds.spec.template.clone();
     let tmeta = template.metadata.unwrap_or_default();
     let mut labels = tmeta.labels.unwrap_or_default();
     if let Some(g) = plan::template_generation(ds) {
@@ -360,7 +360,7 @@ async fn construct_history(
             for dup in current.iter().filter(|r| r.metadata.name != keep.metadata.name) {
                 dedup(ds, ctx, key, &api, dup, keep, pods).await?;
             }
-            if keep.revision < next {
+            if keep.revision.unwrap_or(0) < next {
                 let patch = Patch::Merge(json!({"revision": next}));
                 api.patch(&keep.name_any(), &PatchParams::default(), &patch)
                     .await
@@ -442,7 +442,7 @@ async fn cleanup_history(
 ) -> Result<(), Error> {
     let live: HashSet<String> = pods.iter().filter_map(|p| p.labels().get(REVISION_HASH).cloned()).collect();
     let refs: Vec<&ControllerRevision> = old.iter().map(|r| &**r).collect();
-    let limit = ds.spec.as_ref().and_then(|s| s.revision_history_limit);
+    let limit = ds.spec.revision_history_limit;
     let api: Api<ControllerRevision> = Api::namespaced(ctx.shared.client.clone(), &ds.namespace().unwrap_or_default());
     for rev in history::to_delete(limit, &refs, &live) {
         match api.delete(&rev.name_any(), &DeleteParams::default()).await {
@@ -465,7 +465,7 @@ pub fn sets_for_pod(sets: &Store<DaemonSet>, pod: &Pod) -> Vec<ObjectRef<DaemonS
         .iter()
         .filter(|ds| ds.metadata.namespace.as_deref() == Some(ns))
         .filter(|ds| {
-            let sel = ds.spec.as_ref().and_then(|s| Selector::for_workload(&s.selector));
+            let sel = Selector::for_workload(&ds.spec.selector);
             sel.is_some_and(|s| s.matches(pod.metadata.labels.as_ref()))
         })
         .map(|ds| ObjectRef::from_obj(&**ds))

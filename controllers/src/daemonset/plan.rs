@@ -91,7 +91,7 @@ pub fn target_node(pod: &Pod) -> Option<String> {
 /// pod does not tolerate keeps new pods off, and one with effect NoExecute also evicts.
 pub fn node_should_run(ds: &DaemonSet, node: &Node) -> (bool, bool) {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let mut spec = ds.spec.as_ref().and_then(|s| s.template.spec.clone()).unwrap_or_default();
+    let mut spec = ds.spec.template.spec.clone().unwrap_or_default();
     if spec.node_name.as_deref().is_some_and(|n| !n.is_empty() && n != name) {
         return (false, false);
     }
@@ -178,7 +178,7 @@ impl Plan {
 
 /// Whether the update strategy may put a second pod on a node (RollingUpdate with maxSurge > 0).
 pub fn surge_value(ds: &DaemonSet) -> Option<&IntOrString> {
-    let strategy = ds.spec.as_ref()?.update_strategy.as_ref()?;
+    let strategy = ds.spec.update_strategy.as_ref()?;
     if strategy.type_.as_deref().unwrap_or("RollingUpdate") != "RollingUpdate" {
         return None;
     }
@@ -197,7 +197,7 @@ pub fn manage(
     now: jiff::Timestamp,
     mut backing_off: impl FnMut(&str) -> bool,
 ) -> Plan {
-    let min_ready = ds.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
+    let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
     let surge = surge_value(ds).is_some();
     let mut plan = Plan::default();
     for node in nodes {
@@ -272,7 +272,7 @@ fn scaled(v: &IntOrString, total: usize, round_up: bool) -> Option<usize> {
 /// maxSurge and maxUnavailable for `desired` nodes (updatedDesiredNodeCounts): percentages round
 /// up, and if both come to zero one pod may be unavailable.
 pub fn surge_and_unavailable(ds: &DaemonSet, desired: usize) -> (usize, usize) {
-    let rolling = ds.spec.as_ref().and_then(|s| s.update_strategy.as_ref()).and_then(|s| s.rolling_update.as_ref());
+    let rolling = ds.spec.update_strategy.as_ref().and_then(|s| s.rolling_update.as_ref());
     let one = IntOrString::Int(1);
     let unavailable = rolling.and_then(|r| r.max_unavailable.as_ref()).unwrap_or(&one);
     let max_unavailable = scaled(unavailable, desired, true).unwrap_or(1);
@@ -319,7 +319,7 @@ pub fn rolling_update(
     hash: &str,
     now: jiff::Timestamp,
 ) -> Rollout {
-    let min_ready = ds.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
+    let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
     let generation = template_generation(ds);
     let available = |p: &Pod| pod_is_available(p, min_ready, now);
     let should_run: BTreeMap<&str, bool> =
@@ -406,7 +406,7 @@ pub fn status(
     hash: &str,
     now: jiff::Timestamp,
 ) -> DaemonSetStatus {
-    let min_ready = ds.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
+    let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
     let generation = template_generation(ds);
     let (mut desired, mut current, mut misscheduled) = (0, 0, 0);
     let (mut ready, mut available, mut updated) = (0, 0, 0);

@@ -67,7 +67,7 @@ fn revision(rs: &ReplicaSet) -> i64 {
 }
 
 fn replicas(rs: &ReplicaSet) -> i32 {
-    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    rs.spec.replicas.unwrap_or(1)
 }
 
 fn as_rs(rs: &ReplicaSet) -> Rs {
@@ -77,7 +77,7 @@ fn as_rs(rs: &ReplicaSet) -> Rs {
 async fn sync(d: &Deployment, ctx: &Ctx, key: &str) -> Result<Action, Error> {
     let ns = d.namespace().unwrap_or_default();
     let uid = d.uid().unwrap_or_default();
-    let Some(spec) = d.spec.as_ref() else { return Ok(Action::await_change()) };
+    let spec = &d.spec;
     if d.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -114,9 +114,8 @@ async fn sync(d: &Deployment, ctx: &Ctx, key: &str) -> Result<Action, Error> {
             .map_err(|source| Error::Invalid { key: key.into(), source })?
     };
     let template = spec.template.clone();
-    let new_idx = owned.iter().position(|rs| {
-        rs.spec.as_ref().and_then(|s| s.template.as_ref()).map(hash::without_hash) == Some(template.clone())
-    });
+    let new_idx =
+        owned.iter().position(|rs| rs.spec.template.as_ref().map(hash::without_hash) == Some(template.clone()));
     let mut new = new_idx.map(|i| owned.remove(i));
     let mut olds = owned;
     let max_old_revision = olds.iter().map(revision).max().unwrap_or(0);
@@ -198,7 +197,7 @@ async fn create_new(
     surge: i32,
     revision: i64,
 ) -> Result<ReplicaSet, Error> {
-    let spec = d.spec.clone().unwrap_or_default();
+    let spec = d.spec.clone();
     let collision_count = d.status.as_ref().and_then(|s| s.collision_count);
     let hash = hash::compute(&spec.template, collision_count);
     let name = format!("{}-{hash}", d.name_any());
@@ -222,12 +221,12 @@ async fn create_new(
             owner_references: Some(vec![controller_ref(d)]),
             ..ObjectMeta::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(initial),
             min_ready_seconds: spec.min_ready_seconds,
             selector,
             template: Some(template),
-        }),
+        },
         status: None,
     };
     match api.create(&PostParams::default(), &rs).await {
@@ -239,8 +238,7 @@ async fn create_new(
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing =
                 api.get(&name).await.map_err(|source| Error::Api { action: "get", key: key.into(), source })?;
-            let same = existing.spec.as_ref().and_then(|s| s.template.as_ref()).map(hash::without_hash)
-                == Some(spec.template.clone());
+            let same = existing.spec.template.as_ref().map(hash::without_hash) == Some(spec.template.clone());
             if same && controller_of(&existing.metadata).is_some_and(|r| Some(&r.uid) == d.metadata.uid.as_ref()) {
                 return Ok(existing);
             }
@@ -274,7 +272,7 @@ async fn scale(
     to: i32,
 ) -> Result<(), kube::Error> {
     let from = replicas(rs);
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let want = d.spec.replicas.unwrap_or(1);
     let patch = Patch::Merge(json!({
         "metadata": {"annotations": {DESIRED_REPLICAS: want.to_string()}},
         "spec": {"replicas": to},
@@ -326,7 +324,7 @@ pub fn deployments_for_rs(deployments: &Store<Deployment>, rs: &ReplicaSet) -> V
         .iter()
         .filter(|d| d.metadata.namespace.as_deref() == Some(ns))
         .filter(|d| {
-            let sel = d.spec.as_ref().and_then(|s| Selector::for_workload(&s.selector));
+            let sel = Selector::for_workload(&d.spec.selector);
             sel.is_some_and(|s| s.matches(rs.metadata.labels.as_ref()))
         })
         .map(|d| ObjectRef::from_obj(&**d))

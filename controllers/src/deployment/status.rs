@@ -29,7 +29,7 @@ pub fn compute(
     step: Step,
     now: jiff::Timestamp,
 ) -> DeploymentStatus {
-    let spec = d.spec.clone().unwrap_or_default();
+    let spec = d.spec.clone();
     let want = spec.replicas.unwrap_or(1);
     let old = d.status.clone().unwrap_or_default();
     let (mut replicas, mut ready, mut available) = (0, 0, 0);
@@ -109,8 +109,8 @@ pub fn compute(
 
 fn cond(type_: &str, status: &str, reason: &str, message: &str, now: &Time) -> DeploymentCondition {
     DeploymentCondition {
-        type_: type_.into(),
-        status: status.into(),
+        type_: Some(type_.into()),
+        status: Some(status.into()),
         reason: Some(reason.into()),
         message: Some(message.into()),
         last_update_time: Some(now.clone()),
@@ -119,7 +119,7 @@ fn cond(type_: &str, status: &str, reason: &str, message: &str, now: &Time) -> D
 }
 
 fn find<'a>(status: &'a DeploymentStatus, type_: &str) -> Option<&'a DeploymentCondition> {
-    status.conditions.iter().flatten().find(|c| c.type_ == type_)
+    status.conditions.iter().flatten().find(|c| c.type_.as_deref() == Some(type_))
 }
 
 /// Sets a condition: same status keeps lastTransitionTime; same status and reason keeps it whole.
@@ -127,7 +127,7 @@ fn set(status: &mut DeploymentStatus, mut c: DeploymentCondition) {
     let conds = status.conditions.get_or_insert_with(Vec::new);
     if let Some(cur) = conds.iter_mut().find(|x| x.type_ == c.type_) {
         if cur.status == c.status {
-            if cur.reason == c.reason && c.type_ != "Progressing" {
+            if cur.reason == c.reason && c.type_.as_deref() != Some("Progressing") {
                 return;
             }
             c.last_transition_time = cur.last_transition_time.clone();
@@ -147,7 +147,7 @@ mod tests {
     fn d(replicas: i32) -> Deployment {
         Deployment {
             metadata: ObjectMeta { generation: Some(2), ..ObjectMeta::default() },
-            spec: Some(DeploymentSpec { replicas: Some(replicas), ..DeploymentSpec::default() }),
+            spec: DeploymentSpec { replicas: Some(replicas), ..DeploymentSpec::default() },
             status: None,
         }
     }
@@ -167,7 +167,7 @@ mod tests {
 
     fn reason(s: &DeploymentStatus, t: &str) -> (String, String) {
         let c = find(s, t).expect("condition");
-        (c.status.clone(), c.reason.clone().unwrap_or_default())
+        (c.status.clone().unwrap_or_default(), c.reason.clone().unwrap_or_default())
     }
 
     #[test]
@@ -201,7 +201,7 @@ mod tests {
         let start = jiff::Timestamp::from_second(1_700_000_000).expect("time");
         let new = rs("web-new", 1, 0);
         let mut dep = d(3);
-        dep.spec.as_mut().expect("spec").progress_deadline_seconds = Some(30);
+        dep.spec.progress_deadline_seconds = Some(30);
         dep.status = Some(compute(&dep, &[&new], Some(&new), 0, Step::Synced, start));
         let later = jiff::Timestamp::from_second(1_700_000_010).expect("time");
         let s = compute(&dep, &[&new], Some(&new), 0, Step::Synced, later);

@@ -257,7 +257,7 @@ pub fn desired_slices(svc: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
                     target_ref: Some(target_ref(m.pod)),
                     ..discovery::Endpoint::default()
                 })
-                .collect();
+                .collect::<Vec<_>>();
             // As Kubernetes' endpointslice controller (and what the apiserver stores): the name is
             // always set, "" for an unnamed service port. Leaving it out made every comparison with
             // the stored slice differ, and the slice was rewritten forever.
@@ -273,7 +273,7 @@ pub fn desired_slices(svc: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
             EndpointSlice {
                 metadata: owned_meta(svc, name, Some(labels.clone())),
                 address_type: "IPv4".into(),
-                endpoints,
+                endpoints: Some(endpoints),
                 ports: Some(ports),
             }
         })
@@ -394,6 +394,7 @@ mod tests {
         let conds: Vec<(Option<bool>, Option<bool>, Option<bool>)> = s
             .endpoints
             .iter()
+            .flatten()
             .map(|e| {
                 let c = e.conditions.clone().unwrap_or_default();
                 (c.ready, c.serving, c.terminating)
@@ -425,7 +426,7 @@ mod tests {
             with("nohost", "10.0.0.3", None, "web"),
         ];
         let slices = desired_slices(&svc(json!({"clusterIP": "None"})), &pods);
-        let hosts: Vec<Option<&str>> = slices[0].endpoints.iter().map(|e| e.hostname.as_deref()).collect();
+        let hosts: Vec<Option<&str>> = slices[0].endpoints.iter().flatten().map(|e| e.hostname.as_deref()).collect();
         assert_eq!(hosts, vec![Some("web-0"), None, None]);
         let eps = desired_endpoints(&svc(json!({"clusterIP": "None"})), &pods);
         let hosts: Vec<Option<&str>> = eps
@@ -488,7 +489,7 @@ mod tests {
         ];
         for (name, p, want) in cases {
             let slice = &desired_slices(&svc(json!({})), std::slice::from_ref(&p))[0];
-            assert_eq!(slice.endpoints[0].hostname.as_deref(), want, "{name}: slice");
+            assert_eq!(slice.endpoints.as_ref().expect("endpoints")[0].hostname.as_deref(), want, "{name}: slice");
             let ep = desired_endpoints(&svc(json!({})), &[p]);
             let addr = &ep.subsets.expect("subset")[0].addresses.clone().expect("addresses")[0];
             assert_eq!(addr.hostname.as_deref(), want, "{name}: endpoints");

@@ -57,7 +57,7 @@ pub fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
 async fn sync(rs: &ReplicaSet, ctx: &Ctx, key: &str) -> Result<Action, Error> {
     let ns = rs.namespace().unwrap_or_default();
     let uid = rs.uid().unwrap_or_default();
-    let Some(spec) = rs.spec.as_ref() else { return Ok(Action::await_change()) };
+    let spec = &rs.spec;
     let Some(selector) = Selector::for_workload(&spec.selector) else {
         tracing::warn!(replicaset = %key, "invalid or empty selector; ignoring");
         return Ok(Action::await_change());
@@ -177,7 +177,7 @@ async fn manage(rs: &ReplicaSet, ctx: &Ctx, api: &Api<Pod>, uid: &str, plan: Pla
 
 /// A pod from the set's template, named `<set>-<random>` by the apiserver.
 fn new_pod(rs: &ReplicaSet) -> Pod {
-    let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
+    let template = rs.spec.template.clone().unwrap_or_default();
     let tmeta = template.metadata.unwrap_or_default();
     Pod {
         metadata: ObjectMeta {
@@ -197,7 +197,7 @@ fn new_pod(rs: &ReplicaSet) -> Pod {
 /// The sets a pod change concerns: its controller if that is a ReplicaSet, else (an orphan) every
 /// set in its namespace whose selector matches it.
 pub fn sets_for_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
-    meta::owners_of(sets, &pod.metadata, |rs| rs.spec.as_ref().map(|s| &s.selector))
+    meta::owners_of(sets, &pod.metadata, |rs| Some(&rs.spec.selector))
 }
 
 /// Runs the controller until `stop` resolves.

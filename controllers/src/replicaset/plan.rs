@@ -23,7 +23,7 @@ pub struct Plan {
 
 /// What to do so that `rs` has `spec.replicas` of its active `pods` (those it owns).
 pub fn plan(rs: &ReplicaSet, pods: &[&Pod]) -> Plan {
-    let want = usize::try_from(rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)).unwrap_or(0);
+    let want = usize::try_from(rs.spec.replicas.unwrap_or(1)).unwrap_or(0);
     let have = pods.len();
     if have < want {
         return Plan { create: (want - have).min(BURST), delete: Vec::new() };
@@ -88,9 +88,8 @@ pub fn slow_start_batches(n: usize) -> Vec<usize> {
 
 /// The status `pods` (active and owned) add up to; conditions are kept as they were.
 pub fn status(rs: &ReplicaSet, pods: &[&Pod], now: jiff::Timestamp) -> ReplicaSetStatus {
-    let spec = rs.spec.as_ref();
-    let min_ready = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
-    let template_labels = spec.and_then(|s| s.template.as_ref()).and_then(|t| t.metadata.as_ref()?.labels.clone());
+    let min_ready = rs.spec.min_ready_seconds.unwrap_or(0);
+    let template_labels = rs.spec.template.as_ref().and_then(|t| t.metadata.as_ref()?.labels.clone());
     let fully_labeled = pods
         .iter()
         .filter(|p| {
@@ -119,7 +118,7 @@ mod tests {
 
     fn rs(replicas: i32) -> ReplicaSet {
         ReplicaSet {
-            spec: Some(ReplicaSetSpec { replicas: Some(replicas), ..ReplicaSetSpec::default() }),
+            spec: ReplicaSetSpec { replicas: Some(replicas), ..ReplicaSetSpec::default() },
             ..ReplicaSet::default()
         }
     }
@@ -207,7 +206,7 @@ mod tests {
     fn status_counts_ready_and_available() {
         let mut set = rs(3);
         set.metadata.generation = Some(4);
-        set.spec.as_mut().expect("spec").min_ready_seconds = Some(30);
+        set.spec.min_ready_seconds = Some(30);
         let now = jiff::Timestamp::from_second(1_700_000_100).expect("time");
         let long_ready = pod("a", 0, Some("n"), "Running", Some(10), 0);
         let just_ready = pod("b", 0, Some("n"), "Running", Some(90), 0);

@@ -36,10 +36,10 @@ pub fn claim_name(set: &StatefulSet, claim: &PersistentVolumeClaim, ordinal: i32
 /// set's matchLabels. They have no owner: kept when pods and the set go, as Kubernetes' default
 /// Retain policy.
 pub fn claims(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim> {
-    let spec = set.spec.as_ref();
-    let match_labels = spec.and_then(|s| s.selector.match_labels.clone()).unwrap_or_default();
-    spec.and_then(|s| s.volume_claim_templates.as_ref())
-        .into_iter()
+    let match_labels = set.spec.selector.match_labels.clone().unwrap_or_default();
+    set.spec
+        .volume_claim_templates
+        .iter()
         .flatten()
         .map(|t| {
             let mut labels = t.metadata.labels.clone().unwrap_or_default();
@@ -69,8 +69,8 @@ pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, revision_name: &st
     labels.insert(revision::LABEL.into(), revision_name.into());
     let mut spec = template.spec.clone().unwrap_or_default();
     spec.hostname = Some(name.clone());
-    spec.subdomain = set.spec.as_ref().and_then(|s| s.service_name.clone()).filter(|s| !s.is_empty());
-    let templates = set.spec.as_ref().and_then(|s| s.volume_claim_templates.as_ref());
+    spec.subdomain = set.spec.service_name.clone().filter(|s| !s.is_empty());
+    let templates = set.spec.volume_claim_templates.as_ref();
     let mut volumes: Vec<Volume> = spec.volumes.take().unwrap_or_default();
     for t in templates.into_iter().flatten() {
         let vol_name = t.metadata.name.clone().unwrap_or_default();
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn pods_carry_their_identity_and_claims() {
         let s = set();
-        let template = s.spec.as_ref().expect("spec").template.clone();
+        let template = s.spec.template.clone();
         let pod = new_pod(&s, &template, "web-abc", 2);
         assert_eq!(pod.metadata.name.as_deref(), Some("web-2"));
         let labels = pod.metadata.labels.expect("labels");

@@ -58,7 +58,7 @@ pub fn error_policy(set: Arc<StatefulSet>, err: &Error, ctx: Arc<Ctx>) -> Action
 async fn sync(set: &StatefulSet, ctx: &Ctx, key: &str) -> Result<Action, Error> {
     let ns = set.namespace().unwrap_or_default();
     let uid = set.uid().unwrap_or_default();
-    let Some(spec) = set.spec.as_ref() else { return Ok(Action::await_change()) };
+    let spec = &set.spec;
     let Some(selector) = Selector::for_workload(&spec.selector) else {
         tracing::warn!(statefulset = %key, "invalid or empty selector; ignoring");
         return Ok(Action::await_change());
@@ -178,9 +178,9 @@ async fn ensure_update_revision(
     let data = revision::data(set);
     let next = revision::next_number(revs);
     let err = |action| move |source| Error::Api { action, key: key.to_string(), source };
-    if let Some(found) = revs.iter().filter(|r| revision::holds(r, &data)).max_by_key(|r| r.revision) {
+    if let Some(found) = revs.iter().filter(|r| revision::holds(r, &data)).max_by_key(|r| r.revision.unwrap_or(0)) {
         let name = found.name_any();
-        if found.revision != next - 1 {
+        if found.revision != Some(next - 1) {
             let patch = Patch::Merge(json!({"revision": next}));
             api.patch(&name, &PatchParams::default(), &patch).await.map_err(err("renumber a revision"))?;
         }
@@ -258,7 +258,7 @@ async fn create(
 /// The sets a pod change concerns: its controller if that is a StatefulSet, else (an orphan) every
 /// set in its namespace whose selector matches it.
 pub fn sets_for_pod(sets: &Store<StatefulSet>, pod: &Pod) -> Vec<ObjectRef<StatefulSet>> {
-    meta::owners_of(sets, &pod.metadata, |s| s.spec.as_ref().map(|s| &s.selector))
+    meta::owners_of(sets, &pod.metadata, |s| Some(&s.spec.selector))
 }
 
 /// Runs the controller until `stop` resolves.

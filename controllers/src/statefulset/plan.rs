@@ -69,24 +69,24 @@ fn pod_ref(p: &Pod) -> PodRef {
 }
 
 fn min_ready(set: &StatefulSet) -> i32 {
-    set.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0)
+    set.spec.min_ready_seconds.unwrap_or(0)
 }
 
 fn start_ordinal(set: &StatefulSet) -> i32 {
-    set.spec.as_ref().and_then(|s| s.ordinals.as_ref()?.start).unwrap_or(0).max(0)
+    set.spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0).max(0)
 }
 
 fn replicas(set: &StatefulSet) -> i32 {
-    set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(0)
+    set.spec.replicas.unwrap_or(1).max(0)
 }
 
 fn on_delete(set: &StatefulSet) -> bool {
-    set.spec.as_ref().and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()) == Some("OnDelete")
+    set.spec.update_strategy.as_ref().and_then(|u| u.type_.as_deref()) == Some("OnDelete")
 }
 
 /// The partition of a RollingUpdate (0 without one).
 fn partition(set: &StatefulSet) -> i32 {
-    let strategy = set.spec.as_ref().and_then(|s| s.update_strategy.as_ref());
+    let strategy = set.spec.update_strategy.as_ref();
     strategy.and_then(|u| u.rolling_update.as_ref()?.partition).unwrap_or(0)
 }
 
@@ -96,7 +96,7 @@ fn from_current(set: &StatefulSet, ordinal: i32) -> bool {
     if on_delete(set) {
         return false;
     }
-    let rolling = set.spec.as_ref().and_then(|s| s.update_strategy.as_ref()?.rolling_update.as_ref());
+    let rolling = set.spec.update_strategy.as_ref().and_then(|u| u.rolling_update.as_ref());
     match rolling {
         Some(r) => ordinal < r.partition.unwrap_or(0),
         None => ordinal < set.status.as_ref().and_then(|s| s.current_replicas).unwrap_or(0),
@@ -106,7 +106,7 @@ fn from_current(set: &StatefulSet, ordinal: i32) -> bool {
 /// What to do next for `set` with its owned `pods` (any phase), given the update revision's name.
 pub fn plan(set: &StatefulSet, pods: &[&Pod], update_revision: &str, now: jiff::Timestamp) -> Plan {
     let set_name = set.metadata.name.as_deref().unwrap_or_default();
-    let monotonic = set.spec.as_ref().and_then(|s| s.pod_management_policy.as_deref()) != Some("Parallel");
+    let monotonic = set.spec.pod_management_policy.as_deref() != Some("Parallel");
     let (start, count) = (start_ordinal(set), replicas(set));
     let mut slots: Vec<Option<&Pod>> = vec![None; usize::try_from(count).unwrap_or(0)];
     let mut condemned: Vec<(i32, &Pod)> = Vec::new();

@@ -16,7 +16,7 @@ pub const LABEL: &str = "controller-revision-hash";
 
 /// `{"spec":{"template":{..., "$patch":"replace"}}}` for the set's current template.
 pub fn data(set: &StatefulSet) -> Value {
-    let template = set.spec.as_ref().map(|s| &s.template);
+    let template = &set.spec.template;
     let mut t = serde_json::to_value(template).unwrap_or(Value::Null);
     if let Some(obj) = t.as_object_mut() {
         obj.insert("$patch".into(), json!("replace"));
@@ -46,7 +46,7 @@ pub fn new(set: &StatefulSet, data: Value, revision: i64) -> ControllerRevision 
     let collision = set.status.as_ref().and_then(|s| s.collision_count);
     let set_name = set.metadata.name.clone().unwrap_or_default();
     let hash = hash(&data, collision);
-    let mut labels = set.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.clone()).unwrap_or_default();
+    let mut labels = set.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
     labels.insert(LABEL.into(), hash.clone());
     ControllerRevision {
         metadata: ObjectMeta {
@@ -56,26 +56,26 @@ pub fn new(set: &StatefulSet, data: Value, revision: i64) -> ControllerRevision 
             owner_references: Some(vec![controller_ref(set)]),
             ..ObjectMeta::default()
         },
-        data: Some(RawExtension(data)),
-        revision,
+        data: RawExtension(data),
+        revision: Some(revision),
     }
 }
 
 /// Whether a stored revision holds exactly this data.
 pub fn holds(rev: &ControllerRevision, data: &Value) -> bool {
-    rev.data.as_ref().map(|d| &d.0) == Some(data)
+    &rev.data.0 == data
 }
 
 /// The pod template a revision holds (its patch without the `$patch` directive).
 pub fn template(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
-    let mut t = rev.data.as_ref()?.0.get("spec")?.get("template")?.clone();
+    let mut t = rev.data.0.get("spec")?.get("template")?.clone();
     t.as_object_mut()?.remove("$patch");
     serde_json::from_value(t).ok()
 }
 
 /// The number the next revision gets: one past the highest.
 pub fn next_number(revs: &[&ControllerRevision]) -> i64 {
-    revs.iter().map(|r| r.revision).max().unwrap_or(0) + 1
+    revs.iter().map(|r| r.revision.unwrap_or(0)).max().unwrap_or(0) + 1
 }
 
 /// The revisions to delete so at most `limit` remain that neither the set's status nor a live pod
@@ -91,7 +91,7 @@ pub fn to_prune<'a>(
     if unused.len() <= limit {
         return Vec::new();
     }
-    unused.sort_by_key(|r| r.revision);
+    unused.sort_by_key(|r| r.revision.unwrap_or(0));
     let excess = unused.len() - limit;
     unused.into_iter().take(excess).collect()
 }
@@ -105,7 +105,7 @@ mod tests {
     fn set(image: &str) -> StatefulSet {
         StatefulSet {
             metadata: ObjectMeta { name: Some("web".into()), uid: Some("u".into()), ..ObjectMeta::default() },
-            spec: Some(StatefulSetSpec {
+            spec: StatefulSetSpec {
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some([("app".to_string(), "web".to_string())].into()),
@@ -121,7 +121,7 @@ mod tests {
                     }),
                 },
                 ..StatefulSetSpec::default()
-            }),
+            },
             status: None,
         }
     }
@@ -134,8 +134,8 @@ mod tests {
         let rev = new(&s, d.clone(), 3);
         assert!(holds(&rev, &d));
         assert!(!holds(&rev, &data(&set("nginx:2"))));
-        assert_eq!(template(&rev), Some(s.spec.expect("spec").template));
-        assert_eq!(rev.revision, 3);
+        assert_eq!(template(&rev), Some(s.spec.template));
+        assert_eq!(rev.revision, Some(3));
         let name = rev.metadata.name.expect("name");
         assert!(name.starts_with("web-"), "{name}");
         assert_eq!(rev.metadata.labels.expect("labels").get(LABEL).map(|h| format!("web-{h}")), Some(name));
@@ -154,8 +154,8 @@ mod tests {
     fn prunes_the_oldest_unused_revisions_beyond_the_limit() {
         let rev = |n: &str, r: i64| ControllerRevision {
             metadata: ObjectMeta { name: Some(n.into()), ..ObjectMeta::default() },
-            data: None,
-            revision: r,
+            data: RawExtension::default(),
+            revision: Some(r),
         };
         let (a, b, c, d) = (rev("a", 1), rev("b", 2), rev("c", 3), rev("d", 4));
         let all = [&d, &b, &a, &c];

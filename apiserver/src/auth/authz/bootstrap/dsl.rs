@@ -106,7 +106,7 @@ pub fn service_account(namespace: &str, name: &str) -> Subject {
 }
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
-    RoleRef { api_group: RBAC_GROUP.into(), kind: kind.into(), name: name.into() }
+    RoleRef { api_group: Some(RBAC_GROUP.into()), kind: kind.into(), name: name.into() }
 }
 
 /// A ClusterRoleBinding named after the ClusterRole it binds.
