@@ -8,7 +8,7 @@ use super::pipeline::Security;
 use super::{decode_body, json_response, Shared};
 use crate::auth::{names, Attributes, AuthorizationMode, Decision, UserInfo};
 use axum::body::Bytes;
-use axum::http::{HeaderMap, Method};
+use axum::http::{header, HeaderMap, Method};
 use axum::response::Response;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kaji_api::resources::ResourceInfo;
@@ -182,6 +182,10 @@ pub async fn serve(
             "the server does not allow this method on the requested resource ({method} {}.{})",
             info.plural, info.group
         )));
+    }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if super::table::only_transforms(accept) {
+        return Err(super::table::not_acceptable());
     }
     let mut obj = decode_body(headers, body)?;
     kaji_api::schema::normalize(info.kind, &obj)

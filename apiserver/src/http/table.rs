@@ -1,6 +1,7 @@
 //! meta.k8s.io/v1 Table responses: what `kubectl get` prints, computed on the server.
 
 use super::collection::{self, Collection};
+use super::errors::ApiError;
 use crate::cache::CachedObject;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -14,6 +15,23 @@ pub fn table_version(accept: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// Whether every media type the Accept header lists asks for a transformed object (`as=Table`,
+/// `as=PartialObjectMetadata`...), which a kind without metadata cannot give: kube-apiserver's
+/// negotiation then answers 406 before it serves the request.
+pub fn only_transforms(accept: &str) -> bool {
+    let mut parts = accept.split(',').map(|p| p.replace(' ', "")).filter(|p| !p.is_empty()).peekable();
+    parts.peek().is_some() && parts.all(|p| p.split(';').any(|param| param.starts_with("as=")))
+}
+
+/// The 406 of kube-apiserver's negotiation (`NewNotAcceptableError`), naming what it serves.
+pub fn not_acceptable() -> ApiError {
+    ApiError::new(
+        406,
+        "NotAcceptable",
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+    )
 }
 
 /// What each row carries as `object` (`includeObject`).
@@ -89,6 +107,21 @@ fn frame(kind: &str, api_version: &str, meta: Value, columns: bool, rows: Vec<Va
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_header_of_transforms_alone_is_not_acceptable_to_a_kind_without_metadata() {
+        assert!(only_transforms("application/json;as=Table;v=v1;g=meta.k8s.io"));
+        assert!(only_transforms(
+            "application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+        ));
+        assert!(
+            !only_transforms("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+            "kubectl's fallback"
+        );
+        assert!(!only_transforms(""));
+        assert!(!only_transforms("*/*"));
+        assert_eq!(not_acceptable().code, 406);
+    }
 
     #[test]
     fn recognises_kubectls_table_accept_header() {
