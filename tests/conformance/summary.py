@@ -22,8 +22,9 @@ def first_line(text):
     return "(no message)"
 
 
-def read_junit(results):
-    """name -> (status, message, seconds) over every JUnit file under results."""
+def read_junit(results, names):
+    """name -> (status, message, seconds) over every JUnit file under results: the suite's own
+    (--report-dir) and ginkgo's merged one, whose names end in the spec's labels."""
     out = {}
     for path in sorted(glob.glob(os.path.join(results, "**", "junit*.xml"), recursive=True)):
         try:
@@ -33,6 +34,8 @@ def read_junit(results):
             continue
         for case in tree.iter("testcase"):
             name = case.get("name", "").removeprefix("[It] ")
+            if name not in names and name.endswith("]") and " [" in name:
+                name = name[: name.rindex(" [")]  # ginkgo's " [label, label]"
             seconds = float(case.get("time") or 0)
             failure = case.find("failure")
             if failure is None:
@@ -40,7 +43,11 @@ def read_junit(results):
             if failure is not None:
                 status, msg = "failed", first_line(failure.get("message") or failure.text)
             elif case.find("skipped") is not None or case.get("status") in ("skipped", "pending"):
-                status, msg = "skipped", first_line(case.find("skipped").get("message") if case.find("skipped") is not None else "")
+                skipped = case.find("skipped")
+                message = skipped.get("message") if skipped is not None else ""
+                if message in ("skipped", ""):
+                    continue  # filtered out by --focus/--skip: not run
+                status, msg = "skipped", first_line(message)
             else:
                 status, msg = "passed", ""
             # A spec run in both phases (it cannot be) or retried: a real result beats a skip.
@@ -70,7 +77,7 @@ def main():
     a = p.parse_args()
 
     specs = [s.strip() for s in open(a.specs) if s.strip()]
-    got = read_junit(a.results)
+    got = read_junit(a.results, set(specs))
     rows = []
     for spec in specs:
         status, msg, seconds = got.get(spec, ("not run", "", 0.0))
