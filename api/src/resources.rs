@@ -103,7 +103,17 @@ impl ResourceInfo {
     /// Whether the API sets `metadata.generation` and bumps it on spec changes (as Kubernetes
     /// does for workload controllers' objects, not for plain data or leases).
     pub fn tracks_generation(&self) -> bool {
-        matches!(self.kind, "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "Job" | "CronJob")
+        matches!(
+            self.kind,
+            "Deployment" | "ReplicaSet" | "ReplicationController" | "DaemonSet" | "StatefulSet" | "Job" | "CronJob"
+        )
+    }
+
+    /// Whether a DELETE that names no propagation orphans the object's dependents (the strategy's
+    /// DefaultGarbageCollectionPolicy): core/v1 ReplicationControllers do, for compatibility with
+    /// clients older than the garbage collector; every other kind deletes them in the background.
+    pub fn orphans_dependents_by_default(&self) -> bool {
+        self.group.is_empty() && self.kind == "ReplicationController"
     }
 
     /// Whether the kind is only ever created and answered, never stored (the access and token
@@ -171,6 +181,17 @@ pub static RESOURCES: &[ResourceInfo] = &[
         &["pvc"],
         NONE,
         &[Status],
+        false
+    ),
+    res!(
+        "",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        true,
+        &["rc"],
+        ALL,
+        &[Status, Scale],
         false
     ),
     res!("apps", "Deployment", "deployments", "deployment", true, &["deploy"], ALL, &[Status, Scale], false),

@@ -44,7 +44,7 @@ enum Command {
     Exec(cmd::exec::Args),
     /// Print a container's log.
     Logs(cmd::logs::Args),
-    /// Set the number of replicas of a Deployment or ReplicaSet.
+    /// Set the number of replicas of a Deployment, ReplicaSet, StatefulSet or ReplicationController.
     Scale(cmd::scale::Args),
     /// Follow a rollout.
     Rollout {

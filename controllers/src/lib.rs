@@ -1,7 +1,7 @@
-//! kaji-controllers: the controller manager — the ReplicaSet, Deployment, Endpoints, EndpointSlice,
-//! DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node lifecycle, node IPAM, garbage
-//! collector, namespace, pod GC, ServiceAccount, root CA publisher, ClusterRole aggregation,
-//! CSR approving, signing and cleaning and local-path provisioner loops on
+//! kaji-controllers: the controller manager — the ReplicaSet, ReplicationController, Deployment,
+//! Endpoints, EndpointSlice, DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node
+//! lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA publisher,
+//! ClusterRole aggregation, CSR approving, signing and cleaning and local-path provisioner loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod certificates;
@@ -42,7 +42,8 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service, ServiceAccount,
+    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+    Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -194,10 +195,19 @@ async fn controllers(
     let rs_ctx = Arc::new(replicaset::Ctx {
         shared: shared(),
         pods: pods.store(),
-        sets: sets.store(),
+        owners: sets.store(),
         expectations: Default::default(),
     });
     let rs_triggers = (sets.subscribe(), pods.subscribe());
+    // Kubernetes runs ReplicationControllers with the ReplicaSet controller's code; so does kaji.
+    let mut rcs = Informer::<ReplicationController>::new(Api::all(client.clone()));
+    let rc_ctx = Arc::new(replicaset::Ctx {
+        shared: shared(),
+        pods: pods.store(),
+        owners: rcs.store(),
+        expectations: Default::default(),
+    });
+    let rc_triggers = (rcs.subscribe(), pods.subscribe());
     let mut deployments = Informer::<Deployment>::new(Api::all(client.clone()));
     let d_ctx = Arc::new(deployment::Ctx { shared: shared(), sets: sets.store(), deployments: deployments.store() });
     let d_triggers = (deployments.subscribe(), sets.subscribe());
@@ -298,7 +308,7 @@ async fn controllers(
     });
 
     let stores_ready = {
-        let (p, s, d) = (pods.store(), sets.store(), deployments.store());
+        let (p, s, rc, d) = (pods.store(), sets.store(), rcs.store(), deployments.store());
         let (svc, ep, es) = (services.store(), endpoints.store(), slices.store());
         let (n, l, ns) = (nodes.store(), leases.store(), namespaces.store());
         let (sa, cm, cr) = (accounts.store(), root_cms.store(), cluster_roles.store());
@@ -308,6 +318,7 @@ async fn controllers(
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
+                && rc.wait_until_ready().await.is_ok()
                 && d.wait_until_ready().await.is_ok()
                 && svc.wait_until_ready().await.is_ok()
                 && ep.wait_until_ready().await.is_ok()
@@ -328,6 +339,7 @@ async fn controllers(
     };
     pods.spawn(stop.clone());
     sets.spawn(stop.clone());
+    rcs.spawn(stop.clone());
     deployments.spawn(stop.clone());
     services.spawn(stop.clone());
     endpoints.spawn(stop.clone());
@@ -384,6 +396,7 @@ async fn controllers(
     };
     tokio::join!(
         replicaset::run(rs_ctx, rs_triggers.0, rs_triggers.1, stopped(stop.clone())),
+        replicaset::run(rc_ctx, rc_triggers.0, rc_triggers.1, stopped(stop.clone())),
         deployment::run(d_ctx, d_triggers.0, d_triggers.1, stopped(stop.clone())),
         endpoints::run(ep_ctx, ep_triggers.0, ep_triggers.1, ep_triggers.2, stopped(stop.clone())),
         endpoints::slice::run(es_ctx, es_triggers.0, es_triggers.1, es_triggers.2, stopped(stop.clone())),

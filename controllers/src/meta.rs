@@ -28,6 +28,16 @@ impl Selector {
         (!s.0.is_empty()).then_some(s)
     }
 
+    /// A plain label map (a ReplicationController's or Service's selector): every pair must be
+    /// among the labels. Like a workload's, an empty one matches nothing.
+    pub fn for_set(set: &BTreeMap<String, String>) -> Option<Self> {
+        if set.is_empty() {
+            return None;
+        }
+        let value = json!({"matchLabels": set});
+        kaji_api::selector::LabelSelector::from_json(&value).ok().map(Self)
+    }
+
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         let map: Map<String, Value> =
             labels.into_iter().flatten().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
@@ -54,11 +64,11 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReferenc
 }
 
 /// The owners of kind `K` a child's change concerns: its controller if that is a `K`, else (an
-/// orphan) every `K` in its namespace whose selector matches it.
+/// orphan) every `K` in its namespace whose `selector` (`None`: selects nothing) matches it.
 pub fn owners_of<K>(
     owners: &Store<K>,
     child: &ObjectMeta,
-    selector: impl Fn(&K) -> Option<&LabelSelector>,
+    selector: impl Fn(&K) -> Option<Selector>,
 ) -> Vec<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
@@ -74,7 +84,7 @@ where
         .state()
         .iter()
         .filter(|o| o.meta().namespace.as_deref() == Some(ns))
-        .filter(|o| selector(o).and_then(Selector::for_workload).is_some_and(|s| s.matches(child.labels.as_ref())))
+        .filter(|o| selector(o).is_some_and(|s| s.matches(child.labels.as_ref())))
         .map(|o| ObjectRef::from_obj(&**o))
         .collect()
 }

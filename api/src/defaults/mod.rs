@@ -19,7 +19,9 @@ use json::{child, default_str, default_value, is_unset, items, with_map};
 use objects::{default_deployment, default_namespace, default_service};
 use pod::{default_pod, default_template};
 use storage::{default_persistent_volume, default_persistent_volume_claim, default_storage_class};
-use workloads::{default_cron_job, default_daemon_set, default_job, default_stateful_set};
+use workloads::{
+    default_cron_job, default_daemon_set, default_job, default_replication_controller, default_stateful_set,
+};
 pub use workloads::{JOB_NAME_LABEL, JOB_UID_LABEL, LEGACY_JOB_NAME_LABEL, LEGACY_JOB_UID_LABEL};
 
 /// Apply Kubernetes defaulting in place (what the real apiserver adds on create and update).
@@ -42,6 +44,7 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
                 default_template(spec);
             }
         }
+        "ReplicationController" => default_replication_controller(obj),
         "DaemonSet" => default_daemon_set(obj),
         "StatefulSet" => default_stateful_set(obj),
         "Job" => default_job(obj),
@@ -111,6 +114,7 @@ mod tests {
     fn every_object_carries_the_spec_and_status_structs_of_its_kind() {
         assert_eq!(defaulted("Deployment", json!({"spec": {"replicas": 2}}))["status"], json!({}));
         assert_eq!(defaulted("ReplicaSet", json!({"spec": {}}))["status"], json!({"replicas": 0}));
+        assert_eq!(defaulted("ReplicationController", json!({}))["status"], json!({"replicas": 0}));
         let node = defaulted("Node", json!({"metadata": {"name": "n"}, "status": null}));
         assert_eq!((&node["spec"], &node["status"]), (&json!({}), &json!({})));
         let kept = defaulted("Deployment", json!({"status": {"replicas": 3}}));
@@ -145,6 +149,7 @@ mod tests {
             "Pod",
             "Deployment",
             "ReplicaSet",
+            "ReplicationController",
             "Service",
             "Namespace",
             "Secret",

@@ -1,5 +1,6 @@
-//! DaemonSet, StatefulSet, Job and CronJob defaults (`pkg/apis/apps/v1/defaults.go`,
-//! `pkg/apis/batch/v1/defaults.go`) and the Job strategy's generated selector.
+//! ReplicationController, DaemonSet, StatefulSet, Job and CronJob defaults
+//! (`pkg/apis/core/v1/defaults.go`, `pkg/apis/apps/v1/defaults.go`, `pkg/apis/batch/v1/defaults.go`)
+//! and the Job strategy's generated selector.
 
 use serde_json::{json, Map, Value};
 
@@ -13,6 +14,30 @@ pub const JOB_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 pub const LEGACY_JOB_UID_LABEL: &str = "controller-uid";
 pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
+
+/// SetDefaults_ReplicationController: a selector and labels that are empty take the template's
+/// labels; replicas default to 1; the pod template (optional here, unlike a ReplicaSet's) gets
+/// the pod spec defaults only when there is one, so a missing one is still reported as required.
+pub(super) fn default_replication_controller(obj: &mut Value) {
+    let Some(m) = obj.as_object_mut() else { return };
+    let Some(spec) = child_of(m, "spec") else { return };
+    default_value(spec, "replicas", json!(1));
+    if spec.get("template").is_some_and(Value::is_object) {
+        default_template(spec);
+    }
+    let template_labels = spec.get("template").and_then(|t| t.get("metadata")).and_then(|md| md.get("labels"));
+    let Some(labels) = template_labels.filter(|l| l.as_object().is_some_and(|l| !l.is_empty())).cloned() else {
+        return;
+    };
+    if spec.get("selector").and_then(Value::as_object).is_none_or(Map::is_empty) {
+        spec.insert("selector".to_string(), labels.clone());
+    }
+    if let Some(meta) = child_of(m, "metadata") {
+        if meta.get("labels").and_then(Value::as_object).is_none_or(Map::is_empty) {
+            meta.insert("labels".to_string(), labels);
+        }
+    }
+}
 
 pub(super) fn default_daemon_set(obj: &mut Value) {
     let Some(spec) = child(obj, "spec") else { return };
@@ -147,6 +172,28 @@ mod tests {
 
     fn template() -> Value {
         json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "a", "image": "busybox"}]}})
+    }
+
+    #[test]
+    fn replication_controllers_take_selector_and_labels_from_their_template() {
+        let rc =
+            defaulted("ReplicationController", json!({"metadata": {"name": "rc"}, "spec": {"template": template()}}));
+        assert_eq!(rc["spec"]["replicas"], 1);
+        assert_eq!(rc["spec"]["selector"], json!({"app": "x"}));
+        assert_eq!(rc["metadata"]["labels"], json!({"app": "x"}));
+        assert_eq!(rc["spec"]["template"]["spec"]["restartPolicy"], "Always");
+
+        let own = defaulted(
+            "ReplicationController",
+            json!({"metadata": {"labels": {"team": "a"}}, "spec": {"replicas": 0, "selector": {"app": "y"}, "template": template()}}),
+        );
+        assert_eq!(own["spec"]["replicas"], 0, "an explicit zero stays");
+        assert_eq!(own["spec"]["selector"], json!({"app": "y"}), "a selector given is kept");
+        assert_eq!(own["metadata"]["labels"], json!({"team": "a"}), "labels given are kept");
+
+        let bare = defaulted("ReplicationController", json!({"metadata": {"name": "rc"}, "spec": {}}));
+        assert!(bare["spec"].get("template").is_none(), "no template is made up: it is required");
+        assert!(bare["spec"].get("selector").is_none() && bare["metadata"].get("labels").is_none());
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn supported_fields(kind: &str) -> Vec<&'static str> {
         "Node" => &["spec.unschedulable"],
         "Secret" => &["type"],
         "Namespace" => &["status.phase"],
-        "ReplicaSet" => &["status.replicas"],
+        "ReplicaSet" | "ReplicationController" => &["status.replicas"],
         "Job" => &["status.successful"],
         _ => &[],
     });
@@ -51,7 +51,9 @@ pub fn field_value(kind: &str, obj: &Value, field: &str) -> Option<String> {
         ("Pod", "spec.hostNetwork") | ("Node", "spec.unschedulable") => {
             Some(at(field).unwrap_or_else(|| "false".to_owned()))
         }
-        ("ReplicaSet", "status.replicas") => Some(at(field).unwrap_or_else(|| "0".to_owned())),
+        ("ReplicaSet" | "ReplicationController", "status.replicas") => {
+            Some(at(field).unwrap_or_else(|| "0".to_owned()))
+        }
         // The field label names `status.succeeded`.
         ("Job", "status.successful") => Some(at("status.succeeded").unwrap_or_else(|| "0".to_owned())),
         ("Pod", "status.podIP") => lookup(obj, "status.podIPs")
@@ -98,6 +100,7 @@ mod tests {
         assert_eq!(field_value("Pod", &pod, "spec.containers"), None);
         let rs = json!({"status": {"replicas": 3}});
         assert_eq!(field_value("ReplicaSet", &rs, "status.replicas").as_deref(), Some("3"));
+        assert_eq!(field_value("ReplicationController", &json!({}), "status.replicas").as_deref(), Some("0"));
         let job = json!({"status": {"succeeded": 5}});
         assert_eq!(field_value("Job", &job, "status.successful").as_deref(), Some("5"));
         assert_eq!(field_value("Job", &json!({}), "status.successful").as_deref(), Some("0"));

@@ -178,6 +178,7 @@ mod tests {
             "Lease",
             "Deployment",
             "ReplicaSet",
+            "ReplicationController",
             "EndpointSlice",
             "RoleBinding",
             "ClusterRoleBinding",

@@ -1,5 +1,5 @@
-//! DaemonSet, StatefulSet, Job, CronJob and ControllerRevision rows and columns, as
-//! `pkg/printers/internalversion` prints them.
+//! ReplicationController, DaemonSet, StatefulSet, Job, CronJob and ControllerRevision rows and
+//! columns, as `pkg/printers/internalversion` prints them.
 
 use jiff::Timestamp;
 use serde_json::{json, Value};
@@ -11,6 +11,16 @@ use super::{container_cells, format_label_selector, format_labels};
 
 pub(super) fn columns(kind: &str) -> Option<Vec<Column>> {
     Some(match kind {
+        "ReplicationController" => vec![
+            NAME,
+            ("Desired", "integer", "", 0, "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller"),
+            ("Current", "integer", "", 0, "Replicas is the most recently observed number of replicas. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller"),
+            ("Ready", "integer", "", 0, "The number of ready replicas for this replication controller."),
+            AGE,
+            ("Containers", "string", "", 1, CONTAINERS_DOC),
+            ("Images", "string", "", 1, IMAGES_DOC),
+            ("Selector", "string", "", 1, "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it is defaulted to the labels present on the Pod template. Label keys and values that must match in order to be controlled by this replication controller, if empty defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+        ],
         "DaemonSet" => vec![
             NAME,
             ("Desired", "integer", "", 0, "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod). More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"),
@@ -67,6 +77,20 @@ const JOB_SELECTOR_DOC: &str = "A label query over pods that should match the po
 
 pub(super) fn cells(kind: &str, o: Obj<'_>, name: Value, age: Value, now: Timestamp) -> Option<Vec<Value>> {
     Some(match kind {
+        "ReplicationController" => {
+            let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
+            vec![
+                name,
+                json!(o.int_or("spec.replicas", 1)),
+                json!(o.int("status.replicas")),
+                json!(o.int("status.readyReplicas")),
+                age,
+                json!(containers),
+                json!(images),
+                // A plain map, printed as labels.FormatLabels does.
+                json!(format_labels(o.map("spec.selector"))),
+            ]
+        }
         "DaemonSet" => {
             let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
             vec![
@@ -188,6 +212,21 @@ mod tests {
 
     fn template() -> serde_json::Value {
         json!({"spec": {"nodeSelector": {"disk": "ssd"}, "containers": [{"name": "agent", "image": "busybox"}]}})
+    }
+
+    #[test]
+    fn replication_controllers_print_desired_current_ready_and_their_selector_map() {
+        let rc = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3, "selector": {"tier": "x", "app": "web"},
+            "template": template()}, "status": {"replicas": 2, "readyReplicas": 1}});
+        assert_eq!(
+            cell_strings("ReplicationController", &rc),
+            ["web", "3", "2", "1", "<unknown>", "agent", "busybox", "app=web,tier=x"]
+        );
+        let bare = json!({"metadata": {"name": "empty"}, "spec": {}});
+        assert_eq!(
+            cell_strings("ReplicationController", &bare),
+            ["empty", "1", "0", "0", "<unknown>", "", "", "<none>"]
+        );
     }
 
     #[test]

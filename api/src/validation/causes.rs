@@ -166,6 +166,8 @@ fn qualified_kind(kind: &str) -> String {
     match kind {
         "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "ControllerRevision" => format!("{kind}.apps"),
         "Job" | "CronJob" => format!("{kind}.batch"),
+        // The scale subresource's body (`autoscaling.Kind("Scale")`).
+        "Scale" => format!("{kind}.autoscaling"),
         "StorageClass" => format!("{kind}.storage.k8s.io"),
         "CertificateSigningRequest" => format!("{kind}.certificates.k8s.io"),
         "EndpointSlice" => format!("{kind}.discovery.k8s.io"),

@@ -17,6 +17,7 @@ mod pod;
 mod pod_update;
 mod quantity;
 mod rbac;
+mod replication;
 mod service;
 mod storage;
 #[cfg(test)]
@@ -46,6 +47,7 @@ use misc::{
 use names::{IMMUTABLE_MSG, IP_MSG, IS_NEGATIVE_MSG};
 use pod::validate_pod_spec;
 use pod_update::{pod_container_count_change, validate_pod_spec_update, validate_pod_status_update};
+use replication::validate_replication_controller_spec;
 use service::{validate_service, validate_service_update};
 use storage::{
     validate_claim, validate_claim_status, validate_claim_update, validate_storage_class,
@@ -159,7 +161,8 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
             &["updatedReplicas", "readyReplicas", "availableReplicas"],
             &mut out,
         ),
-        "ReplicaSet" => validate_replica_status(
+        // A ReplicationController's status has the same counts and bounds.
+        "ReplicaSet" | "ReplicationController" => validate_replica_status(
             status,
             &["replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration"],
             &["fullyLabeledReplicas", "readyReplicas", "availableReplicas"],
@@ -250,6 +253,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         | "ServiceAccount"
         | "Deployment"
         | "ReplicaSet"
+        | "ReplicationController"
         | "EndpointSlice"
         | "Lease"
         | "DaemonSet"
@@ -277,6 +281,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Service" => validate_service(obj, &mut out),
         "Deployment" => validate_deployment_spec(spec, &mut out),
         "ReplicaSet" => validate_replica_set_spec(spec, &mut out),
+        "ReplicationController" => validate_replication_controller_spec(spec, &mut out),
         "DaemonSet" => validate_daemon_set_spec(spec, &mut out),
         "StatefulSet" => validate_stateful_set_spec(spec, &mut out),
         "ControllerRevision" => validate_controller_revision(obj, &mut out),
@@ -378,6 +383,12 @@ mod tests {
                 "volumes": [{"name": "v"}]})),
             ),
             ("Deployment", deployment(json!({"matchLabels": {"app": "web"}}), json!({"app": "web"}))),
+            (
+                // The selector comes from the template's labels.
+                "ReplicationController",
+                json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"template": {
+                    "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "a", "image": "nginx"}]}}}}),
+            ),
             (
                 "Service",
                 json!({"metadata": {"name": "web", "namespace": "d"},

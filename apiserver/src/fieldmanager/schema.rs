@@ -33,7 +33,10 @@ pub fn list_type(kind: &str, names: &[&str]) -> ListType {
 pub fn is_atomic_map(kind: &str, names: &[&str]) -> bool {
     match names {
         ["spec", "selector"] => {
-            matches!(kind, "Service" | "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "Job")
+            matches!(
+                kind,
+                "Service" | "ReplicationController" | "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "Job"
+            )
         }
         ["spec", "jobTemplate", "spec", "selector"] => kind == "CronJob",
         ["spec", "nodeSelector"] => kind == "Pod",

@@ -65,13 +65,15 @@ fn invalid_delete_options(cause: Cause) -> ApiError {
 
 /// The finalizers an object carries after a DELETE with `policy`, or `None` when they stay as they
 /// are (Kubernetes' deletionFinalizersForGarbageCollection). Without a policy the object's own GC
-/// finalizer decides; every kind kaji serves defaults to Background.
-pub fn gc_finalizers(existing: &[String], policy: Option<Propagation>) -> Option<Vec<String>> {
+/// finalizer decides, and without one its kind's default: orphaning when `orphan_by_default` (a
+/// core/v1 ReplicationController), else Background.
+pub fn gc_finalizers(existing: &[String], policy: Option<Propagation>, orphan_by_default: bool) -> Option<Vec<String>> {
     let (orphan, foreground) = match policy {
         Some(p) => (p == Propagation::Orphan, p == Propagation::Foreground),
         None => {
             let first = existing.iter().find(|f| *f == ORPHAN_FINALIZER || *f == FOREGROUND_FINALIZER);
-            (first.is_some_and(|f| f == ORPHAN_FINALIZER), existing.iter().any(|f| f == FOREGROUND_FINALIZER))
+            let orphan = first.map_or(orphan_by_default, |f| f == ORPHAN_FINALIZER);
+            (orphan, existing.iter().any(|f| f == FOREGROUND_FINALIZER))
         }
     };
     let mut next: Vec<String> =
@@ -200,7 +202,8 @@ impl Registry {
             return Ok(pending(old));
         }
         let mut new = old.clone();
-        if let Some(finalizers) = gc_finalizers(&meta::finalizers(&old), opts.propagation) {
+        let orphan_by_default = info.orphans_dependents_by_default();
+        if let Some(finalizers) = gc_finalizers(&meta::finalizers(&old), opts.propagation, orphan_by_default) {
             let m = meta_mut(&mut new);
             if finalizers.is_empty() {
                 m.remove("finalizers");
@@ -266,9 +269,30 @@ mod tests {
             (&["foregroundDeletion"], Some(Foreground), None),
         ];
         for (existing, policy, want) in cases {
-            let got = gc_finalizers(&strings(existing), *policy);
+            let got = gc_finalizers(&strings(existing), *policy, false);
             assert_eq!(got, want.map(strings), "{existing:?} with {policy:?}");
         }
+    }
+
+    #[test]
+    fn a_kind_that_orphans_by_default_does_so_unless_told_otherwise() {
+        use Propagation::*;
+        type Case = (&'static [&'static str], Option<Propagation>, Option<&'static [&'static str]>);
+        let cases: &[Case] = &[
+            (&[], None, Some(&["orphan"])),
+            (&[], Some(Background), None),
+            (&[], Some(Foreground), Some(&["foregroundDeletion"])),
+            // A GC finalizer already there still decides.
+            (&["foregroundDeletion"], None, None),
+            (&["orphan"], None, None),
+        ];
+        for (existing, policy, want) in cases {
+            let got = gc_finalizers(&strings(existing), *policy, true);
+            assert_eq!(got, want.map(strings), "{existing:?} with {policy:?}");
+        }
+        let rc = kaji_api::resources::by_kind("ReplicationController").expect("served");
+        assert!(rc.orphans_dependents_by_default());
+        assert!(!kaji_api::resources::by_kind("ReplicaSet").expect("served").orphans_dependents_by_default());
     }
 
     #[test]

@@ -339,6 +339,7 @@ impl Registry {
             | "Service"
             | "Deployment"
             | "ReplicaSet"
+            | "ReplicationController"
             | "Namespace"
             | "DaemonSet"
             | "StatefulSet"

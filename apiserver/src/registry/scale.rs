@@ -1,4 +1,5 @@
-//! The autoscaling/v1 Scale subresource of Deployments and ReplicaSets.
+//! The autoscaling/v1 Scale subresource of ReplicationControllers, Deployments, ReplicaSets and
+//! StatefulSets.
 
 use super::meta::{self, meta_str};
 use super::{Outcome, PatchType, Registry, WriteOptions};
@@ -14,12 +15,26 @@ pub enum ScaleOp<'a> {
     Patch(PatchType, &'a [u8]),
 }
 
-fn to_scale(obj: &Value) -> Value {
+/// `status.selector`: the pod selector in its string form.
+fn selector_string(info: &ResourceInfo, obj: &Value) -> String {
+    let Some(sel) = obj.pointer("/spec/selector") else { return String::new() };
+    if info.kind == "ReplicationController" {
+        // A plain map: `labels.SelectorFromSet(...).String()`, sorted `k=v` pairs.
+        let mut pairs: Vec<String> = sel
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect();
+        pairs.sort();
+        return pairs.join(",");
+    }
+    LabelSelector::from_json(sel).map(|l| l.to_string()).unwrap_or_default()
+}
+
+fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
     let m = meta::meta(obj).cloned().unwrap_or_default();
-    let selector = obj
-        .pointer("/spec/selector")
-        .map(|s| LabelSelector::from_json(s).map(|l| l.to_string()).unwrap_or_default())
-        .unwrap_or_default();
+    let selector = selector_string(info, obj);
     json!({
         "kind": "Scale", "apiVersion": "autoscaling/v1",
         "metadata": {"name": m.get("name"), "namespace": m.get("namespace"), "uid": m.get("uid"),
@@ -38,7 +53,7 @@ pub async fn handle(
     opts: &WriteOptions,
 ) -> ApiResult<Outcome> {
     let (obj, _) = reg.get_raw(info, Some(ns), name)?;
-    let current = to_scale(&obj);
+    let current = to_scale(info, &obj);
     let desired = match op {
         ScaleOp::Get => return Ok(Outcome { code: 200, body: current, warnings: vec![] }),
         ScaleOp::Put(body) => body,
@@ -85,5 +100,21 @@ pub async fn handle(
             other => break other?,
         }
     };
-    Ok(Outcome { code: 200, body: to_scale(&out.body), warnings: vec![] })
+    Ok(Outcome { code: 200, body: to_scale(info, &out.body), warnings: vec![] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_is_printed_from_a_label_selector_or_a_replication_controllers_map() {
+        let by_kind = |kind| kaji_api::resources::by_kind(kind).expect("served");
+        let rc = json!({"spec": {"replicas": 2, "selector": {"tier": "x", "app": "web"}}, "status": {"replicas": 1}});
+        let scale = to_scale(by_kind("ReplicationController"), &rc);
+        assert_eq!(scale["status"], json!({"replicas": 1, "selector": "app=web,tier=x"}));
+        assert_eq!(scale["spec"], json!({"replicas": 2}));
+        let rs = json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}});
+        assert_eq!(to_scale(by_kind("ReplicaSet"), &rs)["status"]["selector"], "app=web");
+    }
 }

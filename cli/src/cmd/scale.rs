@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// deployment/NAME or replicaset/NAME (also TYPE NAME).
+    /// deployment/NAME, replicaset/NAME, statefulset/NAME or replicationcontroller/NAME (also TYPE NAME).
     #[arg(required = true, value_name = "TYPE/NAME")]
     pub target: Vec<String>,
     /// The new number of replicas.

@@ -258,7 +258,7 @@ async fn create(
 /// The sets a pod change concerns: its controller if that is a StatefulSet, else (an orphan) every
 /// set in its namespace whose selector matches it.
 pub fn sets_for_pod(sets: &Store<StatefulSet>, pod: &Pod) -> Vec<ObjectRef<StatefulSet>> {
-    meta::owners_of(sets, &pod.metadata, |s| Some(&s.spec.selector))
+    meta::owners_of(sets, &pod.metadata, |s| Selector::for_workload(&s.spec.selector))
 }
 
 /// Runs the controller until `stop` resolves.

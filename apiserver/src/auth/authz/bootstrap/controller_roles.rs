@@ -1,6 +1,6 @@
 //! The per-controller roles (`system:controller:<name>`, `bootstrappolicy/controller_policy.go`)
-//! of the controllers kaji's controller manager runs (and those being added: DaemonSet, Job,
-//! CronJob, StatefulSet), each bound to its ServiceAccount in kube-system.
+//! of the controllers kaji's controller manager runs, each bound to its ServiceAccount in
+//! kube-system.
 
 use super::dsl::*;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
@@ -147,6 +147,17 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 rule(&["get", "list", "update", "watch"]).groups(&["apps", "extensions"]).resources(&["replicasets"]),
                 rule(&["update"]).groups(&["apps", "extensions"]).resources(&["replicasets/status"]),
                 rule(&["update"]).groups(&["apps", "extensions"]).resources(&["replicasets/finalizers"]),
+                rule(&["create", "delete", "list", "patch", "watch"]).groups(&[""]).resources(&["pods"]),
+                ev(),
+            ],
+        ),
+        (
+            "replication-controller",
+            vec![
+                // 1.0 controllers needed get and update, so without these old controllers break on new servers.
+                rule(&["get", "list", "update", "watch"]).groups(&[""]).resources(&["replicationcontrollers"]),
+                rule(&["update"]).groups(&[""]).resources(&["replicationcontrollers/status"]),
+                rule(&["update"]).groups(&[""]).resources(&["replicationcontrollers/finalizers"]),
                 rule(&["create", "delete", "list", "patch", "watch"]).groups(&[""]).resources(&["pods"]),
                 ev(),
             ],
