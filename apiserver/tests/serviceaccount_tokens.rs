@@ -76,8 +76,16 @@ fn kubectl_create_token_is_the_account_and_its_role_is_all_it_may_do() {
     // TokenReview sees the same user.
     let review =
         format!(r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{{"token":"{token}"}}}}"#);
-    let out = kubectl_in(&admin, &["create", "-f", "-", "-o", "jsonpath={.status.user.username}"], Some(&review));
-    assert_eq!(out.1, "system:serviceaccount:x:default", "{out:?}");
+    let out = kubectl_in(
+        &admin,
+        &["create", "-f", "-", "-o", "jsonpath={.status.user.username} {.status.user.groups}"],
+        Some(&review),
+    );
+    assert_eq!(
+        out.1,
+        r#"system:serviceaccount:x:default ["system:serviceaccounts","system:serviceaccounts:x","system:authenticated"]"#,
+        "{out:?}"
+    );
 
     // Another audience is not this API's.
     let vault = ok(&admin, &["create", "token", "default", "-n", "x", "--audience", "vault"]).trim().to_string();
