@@ -402,13 +402,26 @@ pub fn is_mountpoint(path: &Path) -> bool {
     info.lines().any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
 }
 
+/// The pod's hostname as kubelet's GeneratePodHostNameAndDomain gives it: `spec.hostname`, else
+/// the pod's name, cut to 63 characters (a UTS hostname's limit is 64) without a trailing `-` or
+/// `.` (truncatePodHostnameIfNeeded). A longer one made sethostname fail and the pod never start.
+pub fn pod_hostname(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let name = spec.and_then(|s| s.hostname.clone()).filter(|h| !h.is_empty());
+    let name = name.unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    if name.len() <= 63 {
+        return name;
+    }
+    name[..63].trim_end_matches(['-', '.']).to_string()
+}
+
 /// Writes the pod's /etc/hosts, /etc/resolv.conf (per its dnsPolicy, `dns`) and /etc/hostname;
 /// returns the DNS warnings (kubelet's events) when resolv.conf was (re)written.
 pub fn write_etc(dir: &PodDir, pod: &Pod, pod_ip: &str, host: &crate::Config) -> Result<Vec<crate::dns::Warning>> {
     std::fs::create_dir_all(&dir.0).map_err(io("create", &dir.0))?;
     let spec = pod.spec.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let hostname = spec.hostname.clone().unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    let hostname = pod_hostname(pod);
     let host_network = spec.host_network.unwrap_or(false);
     let hosts = if host_network {
         std::fs::read_to_string("/etc/hosts").unwrap_or_default()
@@ -493,6 +506,22 @@ pub fn teardown(dir: &PodDir) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_name_past_63_characters_is_cut_to_a_hostname_as_the_kubelet_cuts_it() {
+        let pod = |name: &str, hostname: Option<&str>| -> Pod {
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": name}, "spec": {"containers": [], "hostname": hostname}}),
+            )
+            .expect("pod")
+        };
+        let long = format!("termination-message-container-{}", "a".repeat(40));
+        assert_eq!(pod_hostname(&pod(&long, None)), long[..63]);
+        let dashed = format!("{}-{}", "b".repeat(62), "c".repeat(10));
+        assert_eq!(pod_hostname(&pod(&dashed, None)), "b".repeat(62), "no trailing dash");
+        assert_eq!(pod_hostname(&pod("web-0", Some("web-0"))), "web-0");
+        assert_eq!(pod_hostname(&pod("web-0", None)), "web-0");
+    }
 
     fn files(pairs: &[(&str, &str, u32)]) -> BTreeMap<String, (Vec<u8>, u32)> {
         pairs.iter().map(|(k, v, m)| (k.to_string(), (v.as_bytes().to_vec(), *m))).collect()

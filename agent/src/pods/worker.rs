@@ -261,7 +261,7 @@ impl Worker {
             }
         }
         let sandbox = Sandbox::new(dir.0.join("ns"), wanted);
-        let hostname = spec.hostname.clone().unwrap_or_else(|| p.metadata.name.clone().unwrap_or_default());
+        let hostname = crate::volumes::pod_hostname(p);
         let (sb, binary) = (sandbox.clone(), self.s.config.shim_binary.clone());
         tokio::task::spawn_blocking(move || sb.ensure(&hostname, &binary)).await??;
         if let (Some(net), Some(netns)) = (self.s.network.clone(), sandbox.netns()) {
