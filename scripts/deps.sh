@@ -34,6 +34,11 @@ APT=(
   "debootstrap      test        the VM test's Debian image, from the mirror apt uses"
   "e2fsprogs        test        mkfs.ext4 -d: the VM test's disk without a mount or loop device"
   "openssh-client   test        ssh/scp into the VM test's machines"
+  "gcc              test        the conformance images' static pause and busybox (tests/conformance/images)"
+  "make             test        building busybox for the conformance busybox image"
+  "libc6-dev        test        static glibc for the conformance images' pause and busybox"
+  "bzip2            test        unpacks busybox's release tarball"
+  "curl             test        fetches busybox's release tarball from Debian's mirror"
 )
 # module <purposes> <pip package> <what it is for>
 PIP=(
