@@ -101,11 +101,19 @@ impl ResourceInfo {
     }
 
     /// Whether the API sets `metadata.generation` and bumps it on spec changes (as Kubernetes
-    /// does for workload controllers' objects, not for plain data or leases).
+    /// does for workload controllers' objects and for a PodTemplate's template, not for plain
+    /// data or leases).
     pub fn tracks_generation(&self) -> bool {
         matches!(
             self.kind,
-            "Deployment" | "ReplicaSet" | "ReplicationController" | "DaemonSet" | "StatefulSet" | "Job" | "CronJob"
+            "Deployment"
+                | "ReplicaSet"
+                | "ReplicationController"
+                | "DaemonSet"
+                | "StatefulSet"
+                | "Job"
+                | "CronJob"
+                | "PodTemplate"
         )
     }
 
@@ -134,7 +142,10 @@ impl ResourceInfo {
     /// Whether DELETE answers with the deleted object (Kubernetes' ReturnDeletedObject) rather
     /// than a Success Status.
     pub fn returns_deleted_object(&self) -> bool {
-        matches!(self.kind, "Pod" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim")
+        matches!(
+            self.kind,
+            "Pod" | "PodTemplate" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
+        )
     }
 }
 
@@ -183,6 +194,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         &[Status],
         false
     ),
+    res!("", "PodTemplate", "podtemplates", "podtemplate", true, NONE, NONE, &[], false),
     res!(
         "",
         "ReplicationController",

@@ -45,6 +45,9 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
             }
         }
         "ReplicationController" => default_replication_controller(obj),
+        // SetObjectDefaults_PodTemplate: the template is a struct, not a pointer, so its pod spec
+        // is always defaulted, as a ReplicaSet's is.
+        "PodTemplate" => with_map(obj, default_template),
         "DaemonSet" => default_daemon_set(obj),
         "StatefulSet" => default_stateful_set(obj),
         "Job" => default_job(obj),
@@ -150,6 +153,7 @@ mod tests {
             "Deployment",
             "ReplicaSet",
             "ReplicationController",
+            "PodTemplate",
             "Service",
             "Namespace",
             "Secret",

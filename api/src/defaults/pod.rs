@@ -432,6 +432,37 @@ mod tests {
     }
 
     #[test]
+    fn pod_templates_get_a_template_spec_defaults_and_no_pod_only_ones() {
+        let t = defaulted(
+            "PodTemplate",
+            json!({"metadata": {"name": "t"}, "template": {"metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "a", "image": "nginx", "resources": {"limits": {"cpu": "1"}}}],
+                "volumes": [{"name": "v"}]}}}),
+        );
+        let spec = &t["template"]["spec"];
+        assert_eq!(
+            (&spec["restartPolicy"], &spec["dnsPolicy"], &spec["schedulerName"]),
+            (&json!("Always"), &json!("ClusterFirst"), &json!("default-scheduler"))
+        );
+        assert_eq!((&spec["terminationGracePeriodSeconds"], &spec["securityContext"]), (&json!(30), &json!({})));
+        let c = &spec["containers"][0];
+        assert_eq!((&c["imagePullPolicy"], &c["terminationMessagePolicy"]), (&json!("Always"), &json!("File")));
+        assert_eq!(spec["volumes"][0]["emptyDir"], json!({}));
+        // SetDefaults_Pod's parts belong to pods, not to templates.
+        assert!(c["resources"].get("requests").is_none());
+        for pod_only in ["enableServiceLinks", "serviceAccountName", "priority", "tolerations"] {
+            assert!(spec.get(pod_only).is_none(), "{pod_only}");
+        }
+        assert!(t.get("spec").is_none() && t.get("status").is_none(), "a PodTemplate has neither");
+
+        let kept =
+            defaulted("PodTemplate", json!({"template": {"spec": {"restartPolicy": "Never", "containers": []}}}));
+        assert_eq!(kept["template"]["spec"]["restartPolicy"], "Never");
+        let bare = defaulted("PodTemplate", json!({"metadata": {"name": "t"}}));
+        assert_eq!(bare["template"]["spec"]["restartPolicy"], "Always", "Go defaults the zero template too");
+    }
+
+    #[test]
     fn volumes_get_modes_and_an_empty_dir_when_sourceless() {
         let p = defaulted(
             "Pod",

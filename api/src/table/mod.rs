@@ -179,6 +179,7 @@ mod tests {
             "Deployment",
             "ReplicaSet",
             "ReplicationController",
+            "PodTemplate",
             "EndpointSlice",
             "RoleBinding",
             "ClusterRoleBinding",

@@ -1,5 +1,5 @@
-//! ReplicationController, DaemonSet, StatefulSet, Job, CronJob and ControllerRevision rows and
-//! columns, as `pkg/printers/internalversion` prints them.
+//! ReplicationController, PodTemplate, DaemonSet, StatefulSet, Job, CronJob and ControllerRevision
+//! rows and columns, as `pkg/printers/internalversion` prints them.
 
 use jiff::Timestamp;
 use serde_json::{json, Value};
@@ -20,6 +20,13 @@ pub(super) fn columns(kind: &str) -> Option<Vec<Column>> {
             ("Containers", "string", "", 1, CONTAINERS_DOC),
             ("Images", "string", "", 1, IMAGES_DOC),
             ("Selector", "string", "", 1, "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it is defaulted to the labels present on the Pod template. Label keys and values that must match in order to be controlled by this replication controller, if empty defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+        ],
+        // podTemplateColumnDefinitions: no age, every column shown without -o wide.
+        "PodTemplate" => vec![
+            NAME,
+            ("Containers", "string", "", 0, CONTAINERS_DOC),
+            ("Images", "string", "", 0, IMAGES_DOC),
+            ("Pod Labels", "string", "", 0, "The labels for the pod template."),
         ],
         "DaemonSet" => vec![
             NAME,
@@ -90,6 +97,10 @@ pub(super) fn cells(kind: &str, o: Obj<'_>, name: Value, age: Value, now: Timest
                 // A plain map, printed as labels.FormatLabels does.
                 json!(format_labels(o.map("spec.selector"))),
             ]
+        }
+        "PodTemplate" => {
+            let (containers, images) = container_cells(o.list("template.spec.containers"));
+            vec![name, json!(containers), json!(images), json!(format_labels(o.map("template.metadata.labels")))]
         }
         "DaemonSet" => {
             let (containers, images) = container_cells(o.list("spec.template.spec.containers"));
@@ -227,6 +238,20 @@ mod tests {
             cell_strings("ReplicationController", &bare),
             ["empty", "1", "0", "0", "<unknown>", "", "", "<none>"]
         );
+    }
+
+    #[test]
+    fn pod_templates_print_containers_images_and_the_pods_labels() {
+        let columns = crate::table::columns("PodTemplate");
+        let names: Vec<&str> = columns.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["Name", "Containers", "Images", "Pod Labels"]);
+        assert!(columns.iter().all(|c| c["priority"] == 0), "none is wide-only");
+        let t = json!({"metadata": {"name": "template-0000", "labels": {"own": "x"}}, "template": {
+            "metadata": {"labels": {"tier": "fe", "app": "web"}},
+            "spec": {"containers": [{"name": "test", "image": "test2"}, {"name": "side", "image": "busybox"}]}}});
+        assert_eq!(cell_strings("PodTemplate", &t), ["template-0000", "test,side", "test2,busybox", "app=web,tier=fe"]);
+        let bare = json!({"metadata": {"name": "bare"}, "template": {"spec": {}}});
+        assert_eq!(cell_strings("PodTemplate", &bare), ["bare", "", "", "<none>"]);
     }
 
     #[test]

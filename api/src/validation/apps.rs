@@ -7,10 +7,10 @@ use serde_json::{Map, Value};
 
 use super::causes::{go_map, BadValue, Cause};
 use super::json::{arr, has, int, obj, st, strs};
-use super::meta::{validate_annotations, validate_labels};
+use super::meta::validate_labels;
 use super::names::{label_value_errors, percent_errors, qualified_name_errors, IS_NEGATIVE_MSG};
 use super::obj_or_null;
-use super::pod::validate_pod_spec;
+use super::pod_template::validate_pod_template_spec;
 
 pub(super) fn validate_label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
     validate_labels(obj(sel, "matchLabels"), &format!("{path}.matchLabels"), out);
@@ -118,7 +118,7 @@ pub(super) fn validate_workload_selector(spec: &Value, path: &str, empty_word: O
 }
 
 /// A workload's pod `template` (given separately, so a caller may validate an amended copy): its
-/// labels match `<path>.selector`, its metadata and pod spec are valid, its restartPolicy is one of
+/// labels match `<path>.selector`, it is a valid PodTemplateSpec, its restartPolicy is one of
 /// `restart`, and activeDeadlineSeconds is forbidden when `deadline_kind` names the owner.
 pub(super) fn validate_workload_template(
     spec: &Value,
@@ -139,10 +139,8 @@ pub(super) fn validate_workload_template(
             ));
         }
     }
-    validate_labels(tlabels, &format!("{path}.template.labels"), out);
-    validate_annotations(obj(tmeta, "annotations"), &format!("{path}.template.annotations"), out);
+    validate_pod_template_spec(template, &format!("{path}.template"), out);
     let tspec = obj_or_null(template, "spec");
-    validate_pod_spec(tspec, &format!("{path}.template.spec"), false, out);
     let rp = st(tspec, "restartPolicy");
     if !rp.is_empty() && !restart.contains(&rp) {
         out.push(Cause::not_supported(format!("{path}.template.spec.restartPolicy"), rp, restart));

@@ -14,6 +14,7 @@ mod meta;
 mod misc;
 mod names;
 mod pod;
+mod pod_template;
 mod pod_update;
 mod quantity;
 mod rbac;
@@ -46,6 +47,7 @@ use misc::{
 };
 use names::{IMMUTABLE_MSG, IP_MSG, IS_NEGATIVE_MSG};
 use pod::validate_pod_spec;
+use pod_template::validate_pod_template;
 use pod_update::{pod_container_count_change, validate_pod_spec_update, validate_pod_status_update};
 use replication::validate_replication_controller_spec;
 use service::{validate_service, validate_service_update};
@@ -254,6 +256,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         | "Deployment"
         | "ReplicaSet"
         | "ReplicationController"
+        | "PodTemplate"
         | "EndpointSlice"
         | "Lease"
         | "DaemonSet"
@@ -282,6 +285,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "Deployment" => validate_deployment_spec(spec, &mut out),
         "ReplicaSet" => validate_replica_set_spec(spec, &mut out),
         "ReplicationController" => validate_replication_controller_spec(spec, &mut out),
+        "PodTemplate" => validate_pod_template(obj, &mut out),
         "DaemonSet" => validate_daemon_set_spec(spec, &mut out),
         "StatefulSet" => validate_stateful_set_spec(spec, &mut out),
         "ControllerRevision" => validate_controller_revision(obj, &mut out),
@@ -388,6 +392,11 @@ mod tests {
                 "ReplicationController",
                 json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"template": {
                     "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "a", "image": "nginx"}]}}}}),
+            ),
+            (
+                "PodTemplate",
+                json!({"metadata": {"name": "web", "namespace": "d"}, "template": {
+                    "spec": {"containers": [{"name": "a", "image": "nginx"}]}}}),
             ),
             (
                 "Service",

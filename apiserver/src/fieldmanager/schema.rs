@@ -117,6 +117,9 @@ mod tests {
             list_type("Deployment", &["spec", "template", "spec", "containers"]),
             ListType::Map(vec![("name", None)])
         );
+        // A PodTemplate's template sits at the root, not under spec.
+        assert_eq!(list_type("PodTemplate", &["template", "spec", "containers"]), ListType::Map(vec![("name", None)]));
+        assert!(is_atomic_map("PodTemplate", &["template", "spec", "nodeSelector"]));
         assert_eq!(list_type("Pod", &["spec", "tolerations"]), ListType::Atomic);
         assert_eq!(list_type("Pod", &["metadata", "finalizers"]), ListType::Set);
     }
