@@ -109,7 +109,8 @@ def main():
         w(f"- skipped by scripts/conformance because they crash their ginkgo process on kaji: `{a.crashers}`\n")
     user_skip = a.skip.removesuffix(a.crashers).rstrip("|") if a.crashers else a.skip
     if a.focus != r"\[Conformance\]" or user_skip:
-        w(f"- focus `{a.focus}`, skip `{user_skip or '-'}` (a partial run)\n")
+        focus = a.focus if len(a.focus) <= 160 else a.focus[:160] + "..."
+        w(f"- focus `{focus}`, skip `{user_skip or '-'}` (a partial run)\n")
     w(f"\n**{passed} passed, {failed} failed, {skipped} skipped, {not_run} not run** "
       f"of {len(specs)}.\n\n")
     w("| phase | wall time |\n|---|---|\n")
