@@ -269,17 +269,11 @@ fn token_review(sec: &Security, spec: &Value) -> ApiResult<Value> {
     if token.is_empty() {
         return Ok(json!({"user": {}}));
     }
-    Ok(match sec.authn.tokens.review(token, &audiences, api) {
+    Ok(match sec.authn.review_token(token, &audiences) {
         Ok((u, good)) => {
             if !audiences.is_empty() && crate::auth::authn::intersect(&audiences, &good).is_empty() {
                 tracing::error!(want = ?audiences, got = ?good, "error validating audience");
                 return Err(ApiError::internal("error validating audiences"));
-            }
-            // kube-apiserver reviews with its token authenticators behind the same group adder as
-            // its requests (NewTokenGroupAdder): every authenticated user is system:authenticated.
-            let mut u = u;
-            if !u.groups.iter().any(|g| g == "system:authenticated") {
-                u.groups.push("system:authenticated".into());
             }
             let mut st = json!({"authenticated": true, "user": user_info_json(&u)});
             if !good.is_empty() {

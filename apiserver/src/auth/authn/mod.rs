@@ -238,12 +238,17 @@ pub struct Chain {
     pub fallback: Fallback,
 }
 
+/// The group adder every authenticated user passes (kube-apiserver's AuthenticatedGroupAdder).
+fn add_authenticated(user: &mut UserInfo) {
+    if !user.in_group(names::ALL_AUTHENTICATED) && !user.in_group(names::ALL_UNAUTHENTICATED) {
+        user.groups.push(names::ALL_AUTHENTICATED.into());
+    }
+}
+
 impl Chain {
     pub fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnResult {
         if let Some(mut user) = self.authenticators.authenticate(req)? {
-            if !user.in_group(names::ALL_AUTHENTICATED) && !user.in_group(names::ALL_UNAUTHENTICATED) {
-                user.groups.push(names::ALL_AUTHENTICATED.into());
-            }
+            add_authenticated(&mut user);
             return Ok(Some(user));
         }
         Ok(match &self.fallback {
@@ -254,6 +259,14 @@ impl Chain {
                 &[names::SYSTEM_PRIVILEGED_GROUP, names::ALL_AUTHENTICATED],
             )),
         })
+    }
+
+    /// A TokenReview: the bearer token authenticators alone, behind the same group adder as
+    /// requests (kube-apiserver's NewTokenGroupAdder), so the user is `system:authenticated`.
+    pub fn review_token(&self, token: &str, audiences: &[String]) -> Result<(UserInfo, Vec<String>), AuthnError> {
+        let (mut user, good) = self.tokens.review(token, audiences, &self.api_audiences)?;
+        add_authenticated(&mut user);
+        Ok((user, good))
     }
 }
 
