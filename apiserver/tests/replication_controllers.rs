@@ -3,26 +3,12 @@
 
 mod common;
 
-use common::{http, http_with, ApiServer, Kubectl};
+use common::{http_with, ApiServer, Kubectl};
 use serde_json::{json, Value};
 
 const RCS: &str = "/api/v1/namespaces/default/replicationcontrollers";
 
-fn setup() -> (tempfile::TempDir, ApiServer) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = ApiServer::start(&dir.path().join("data"));
-    (dir, server)
-}
-
-fn send(s: &ApiServer, method: &str, path: &str, body: Option<&Value>, ct: &str) -> (u16, Value) {
-    let body = body.map(Value::to_string);
-    let (code, text) = http(&s.addr, method, path, body.as_deref(), ct);
-    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-fn get(s: &ApiServer, path: &str) -> (u16, Value) {
-    send(s, "GET", path, None, "")
-}
+use common::{get_json as get, send_json as send, started as setup};
 
 /// An RC with only a template, as `kubectl create` users write them: the rest is defaulted.
 fn rc(name: &str) -> Value {

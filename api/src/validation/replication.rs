@@ -42,21 +42,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::validation::test_support::fields;
+    use crate::validation::test_support::{deployment, fields};
     use crate::validation::{invalid_message, validate_create, validate_status_update, validate_update};
 
+    /// A Deployment's shape with a map selector and the restartPolicy defaulting gives.
     fn rc(selector: Value, labels: Value) -> Value {
-        json!({
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {
-                "replicas": 2,
-                "selector": selector,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "app", "image": "nginx"}], "restartPolicy": "Always"}
-                }
-            }
-        })
+        let mut rc = deployment(selector, labels);
+        rc["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
+        rc
     }
 
     #[test]

@@ -134,6 +134,31 @@ impl Drop for ApiServer {
     }
 }
 
+/// An apiserver on a fresh data dir, with the dir it lives in (removed when dropped).
+pub fn started() -> (tempfile::TempDir, ApiServer) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ApiServer::start(&dir.path().join("data"));
+    (dir, server)
+}
+
+/// [`http`] with a JSON body, the answer parsed (Null when it is not JSON).
+pub fn send_json(
+    s: &ApiServer,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+    ct: &str,
+) -> (u16, serde_json::Value) {
+    let body = body.map(serde_json::Value::to_string);
+    let (code, text) = http(&s.addr, method, path, body.as_deref(), ct);
+    (code, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+}
+
+/// A GET, the answer parsed.
+pub fn get_json(s: &ApiServer, path: &str) -> (u16, serde_json::Value) {
+    send_json(s, "GET", path, None, "")
+}
+
 /// One HTTP/1.1 request with `Connection: close`; returns (status, body). Status 0 = no answer.
 pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>, content_type: &str) -> (u16, String) {
     http_with(addr, method, path, &[], body, content_type)
