@@ -2,6 +2,7 @@
 
 pub mod cron;
 pub mod defaults;
+pub mod kinds;
 pub mod pod_security;
 pub mod resources;
 pub mod scheduling;

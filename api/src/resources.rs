@@ -15,6 +15,8 @@ pub enum Subresource {
     Token,
     /// `certificatesigningrequests/{name}/approval`: writes only the Approved/Denied conditions.
     Approval,
+    /// `pods/{name}/eviction`: a policy/v1 Eviction — delete the pod if its disruption budget allows.
+    Eviction,
 }
 
 impl Subresource {
@@ -26,6 +28,7 @@ impl Subresource {
             Subresource::Finalize => "finalize",
             Subresource::Token => "token",
             Subresource::Approval => "approval",
+            Subresource::Eviction => "eviction",
         }
     }
 
@@ -37,6 +40,7 @@ impl Subresource {
             "finalize" => Some(Subresource::Finalize),
             "token" => Some(Subresource::Token),
             "approval" => Some(Subresource::Approval),
+            "eviction" => Some(Subresource::Eviction),
             _ => None,
         }
     }
@@ -56,6 +60,8 @@ pub struct ResourceInfo {
     pub subresources: &'static [Subresource],
     /// PUT on a missing object creates it (Kubernetes' AllowCreateOnUpdate).
     pub create_on_update: bool,
+    /// The kind's strategy (`crate::kinds`), for the kinds served through one.
+    pub strategy: Option<crate::kinds::StrategyRef>,
 }
 
 impl ResourceInfo {
@@ -104,6 +110,9 @@ impl ResourceInfo {
     /// does for workload controllers' objects and for a PodTemplate's template, not for plain
     /// data or leases).
     pub fn tracks_generation(&self) -> bool {
+        if let Some(s) = self.strategy {
+            return s.0.tracks_generation();
+        }
         matches!(
             self.kind,
             "Deployment"
@@ -114,6 +123,28 @@ impl ResourceInfo {
                 | "Job"
                 | "CronJob"
                 | "PodTemplate"
+        )
+    }
+
+    /// Whether create drops the status the client sent (the strategy's PrepareForCreate): the
+    /// status of these kinds is written by controllers, agents or the registry itself.
+    pub fn resets_status_on_create(&self) -> bool {
+        if let Some(s) = self.strategy {
+            return s.0.resets_status_on_create();
+        }
+        matches!(
+            self.kind,
+            "Pod"
+                | "Service"
+                | "Deployment"
+                | "ReplicaSet"
+                | "ReplicationController"
+                | "Namespace"
+                | "DaemonSet"
+                | "StatefulSet"
+                | "Job"
+                | "CronJob"
+                | "PersistentVolumeClaim"
         )
     }
 
@@ -142,6 +173,9 @@ impl ResourceInfo {
     /// Whether DELETE answers with the deleted object (Kubernetes' ReturnDeletedObject) rather
     /// than a Success Status.
     pub fn returns_deleted_object(&self) -> bool {
+        if let Some(s) = self.strategy {
+            return s.0.returns_deleted_object();
+        }
         matches!(
             self.kind,
             "Pod" | "PodTemplate" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
@@ -165,16 +199,18 @@ macro_rules! res {
             categories: $cat,
             subresources: $subs,
             create_on_update: $cou,
+            strategy: None,
         }
     };
 }
 
+use crate::kinds;
 use Subresource::*;
 
 /// Everything kaji serves, in discovery order.
 pub static RESOURCES: &[ResourceInfo] = &[
     res!("", "Namespace", "namespaces", "namespace", false, &["ns"], NONE, &[Status, Finalize], false),
-    res!("", "Pod", "pods", "pod", true, &["po"], ALL, &[Status, Binding], false),
+    res!("", "Pod", "pods", "pod", true, &["po"], ALL, &[Status, Binding, Eviction], false),
     res!("", "Node", "nodes", "node", false, &["no"], NONE, &[Status], false),
     res!("", "Service", "services", "service", true, &["svc"], ALL, &[Status], true),
     res!("", "Endpoints", "endpoints", "endpoints", true, &["ep"], NONE, &[], true),
@@ -267,6 +303,26 @@ pub static RESOURCES: &[ResourceInfo] = &[
     ),
     res!(AUTHN, "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", false, NONE, NONE, &[], false),
     res!(AUTHN, "TokenReview", "tokenreviews", "tokenreview", false, NONE, NONE, &[], false),
+    kinds::limit_range::INFO,
+    kinds::ingress_class::INFO,
+    kinds::ingress::INFO,
+    kinds::network_policy::INFO,
+    kinds::ip_address::INFO,
+    kinds::service_cidr::INFO,
+    kinds::runtime_class::INFO,
+    kinds::pod_disruption_budget::INFO,
+    kinds::priority_class::INFO,
+    kinds::flow_schema::INFO,
+    kinds::priority_level::INFO,
+    kinds::csi_driver::INFO,
+    kinds::csi_node::INFO,
+    kinds::csi_storage_capacity::INFO,
+    kinds::volume_attachment::INFO,
+    kinds::volume_attributes_class::INFO,
+    kinds::device_class::INFO,
+    kinds::resource_claim::INFO,
+    kinds::resource_claim_template::INFO,
+    kinds::resource_slice::INFO,
 ];
 
 const RBAC: &str = "rbac.authorization.k8s.io";

@@ -25,6 +25,9 @@ fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Re
 
 /// Decode `obj` as `kind` and re-encode it: the result holds exactly the fields the schema knows.
 pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
+    if let Some((_, s)) = crate::kinds::strategy(kind) {
+        return s.normalize(obj);
+    }
     match kind {
         "Namespace" => roundtrip::<core::v1::Namespace>(obj),
         "Pod" => roundtrip::<core::v1::Pod>(obj),
@@ -62,6 +65,7 @@ pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
         "TokenReview" => roundtrip::<authentication::v1::TokenReview>(obj),
         "TokenRequest" => roundtrip::<authentication::v1::TokenRequest>(obj),
         "Binding" => roundtrip::<core::v1::Binding>(obj),
+        "Eviction" => roundtrip::<k8s_openapi::api::policy::v1::Eviction>(obj),
         "Scale" => roundtrip::<k8s_openapi::api::autoscaling::v1::Scale>(obj),
         "DeleteOptions" => roundtrip::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(obj),
         other => Err(SchemaError::UnknownKind(other.to_string())),

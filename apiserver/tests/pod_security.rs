@@ -262,6 +262,9 @@ fn a_configured_default_of_baseline_refuses_privileged_pods_outside_the_exemptio
     assert_eq!(create_pod(&s, "apps", "plain", plain()).0, 201);
     // Exempt namespace, exempt runtime class, and a namespace labelled back to privileged.
     assert_eq!(create_pod(&s, "kube-system", "priv", privileged()).0, 201);
+    // (The RuntimeClass admission plugin refuses pods naming a class that does not exist.)
+    let rc = json!({"metadata": {"name": "kata"}, "handler": "kata"});
+    assert_eq!(send(&s.addr, "POST", "/apis/node.k8s.io/v1/runtimeclasses", &rc).0, 201);
     let mut kata = privileged();
     kata["runtimeClassName"] = json!("kata");
     assert_eq!(create_pod(&s, "apps", "kata", kata).0, 201);

@@ -2,18 +2,18 @@
 
 use serde_json::{json, Map, Value};
 
-pub(super) fn is_unset(v: Option<&Value>) -> bool {
+pub(crate) fn is_unset(v: Option<&Value>) -> bool {
     matches!(v, None | Some(Value::Null))
 }
 
 /// The object at `key`, created when missing or null; `None` when `v` is not an object or the
 /// field holds something else.
-pub(super) fn child<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+pub(crate) fn child<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
     let m = v.as_object_mut()?;
     child_of(m, key)
 }
 
-pub(super) fn child_of<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+pub(crate) fn child_of<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
     let slot = m.entry(key.to_string()).or_insert(Value::Null);
     if slot.is_null() {
         *slot = Value::Object(Map::new());
@@ -22,36 +22,36 @@ pub(super) fn child_of<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&
 }
 
 /// The elements of the array at `key` (nothing when absent or not an array).
-pub(super) fn items<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+pub(crate) fn items<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
     v.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten()
 }
 
-pub(super) fn with_map(v: &mut Value, f: impl FnOnce(&mut Map<String, Value>)) {
+pub(crate) fn with_map(v: &mut Value, f: impl FnOnce(&mut Map<String, Value>)) {
     if let Some(m) = v.as_object_mut() {
         f(m);
     }
 }
 
-pub(super) fn default_value(m: &mut Map<String, Value>, key: &str, value: Value) {
+pub(crate) fn default_value(m: &mut Map<String, Value>, key: &str, value: Value) {
     if is_unset(m.get(key)) {
         m.insert(key.to_string(), value);
     }
 }
 
 /// Go string fields: unset when missing, null or empty.
-pub(super) fn default_str(m: &mut Map<String, Value>, key: &str, value: &str) {
+pub(crate) fn default_str(m: &mut Map<String, Value>, key: &str, value: &str) {
     if m.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
         m.insert(key.to_string(), json!(value));
     }
 }
 
 /// Go non-pointer integer fields: unset when missing, null or zero.
-pub(super) fn default_nonzero(m: &mut Map<String, Value>, key: &str, value: i64) {
+pub(crate) fn default_nonzero(m: &mut Map<String, Value>, key: &str, value: i64) {
     if m.get(key).and_then(Value::as_i64).is_none_or(|n| n == 0) {
         m.insert(key.to_string(), json!(value));
     }
 }
 
-pub(super) fn get_str<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
+pub(crate) fn get_str<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
     m.get(key).and_then(Value::as_str).unwrap_or("")
 }

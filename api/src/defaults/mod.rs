@@ -5,7 +5,7 @@
 //! pod/namespace/service registry strategies add. A value the user set is never replaced; like
 //! Go, an empty string counts as unset.
 
-mod json;
+pub(crate) mod json;
 mod objects;
 mod pod;
 mod storage;
@@ -34,6 +34,10 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
                 m.insert((*part).to_string(), zero.clone());
             }
         }
+    }
+    if let Some((_, s)) = crate::kinds::strategy(kind) {
+        s.defaults(obj);
+        return;
     }
     match kind {
         "Pod" => default_pod(obj),

@@ -43,9 +43,7 @@ pub(super) fn default_pod(pod: &mut Value) {
     default_str(spec, "serviceAccountName", &sa);
     default_str(spec, "serviceAccount", &sa);
 
-    // Priority admission with no default PriorityClass.
-    default_value(spec, "priority", json!(0));
-    default_str(spec, "preemptionPolicy", "PreemptLowerPriority");
+    // priority and preemptionPolicy are the Priority admission plugin's (apiserver), not defaults.
 
     default_toleration_seconds(spec);
 
@@ -334,7 +332,7 @@ mod tests {
         assert_eq!(spec["enableServiceLinks"], true);
         assert_eq!(spec["serviceAccountName"], "default");
         assert_eq!(spec["serviceAccount"], "default");
-        assert_eq!(spec["priority"], 0);
+        assert!(spec.get("priority").is_none(), "the Priority admission plugin's, not a default");
         let c = &spec["containers"][0];
         assert_eq!(c["imagePullPolicy"], "Always");
         assert_eq!(c["terminationMessagePath"], "/dev/termination-log");

@@ -17,11 +17,11 @@ const ROLE_REF_DOC: &str = "RoleRef can reference a Role in the current namespac
 const CLUSTER_ROLE_REF_DOC: &str = "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.";
 
 /// (name, type, format, priority, description)
-pub(super) type Column = (&'static str, &'static str, &'static str, u8, &'static str);
+pub(crate) type Column = (&'static str, &'static str, &'static str, u8, &'static str);
 
-pub(super) const NAME: Column = ("Name", "string", "name", 0, NAME_DOC);
+pub(crate) const NAME: Column = ("Name", "string", "name", 0, NAME_DOC);
 
-pub(super) const AGE: Column = ("Age", "string", "", 0, AGE_DOC);
+pub(crate) const AGE: Column = ("Age", "string", "", 0, AGE_DOC);
 
 fn column_specs(kind: &str) -> Vec<Column> {
     match kind {
@@ -146,7 +146,11 @@ fn column_specs(kind: &str) -> Vec<Column> {
 
 /// `columnDefinitions` for a kind, as the Kubernetes printers declare them.
 pub fn columns(kind: &str) -> Vec<Value> {
-    column_specs(kind)
+    let specs = match crate::kinds::strategy(kind).map(|(_, s)| s.columns()) {
+        Some(c) if !c.is_empty() => std::iter::once(NAME).chain(c).collect(),
+        _ => column_specs(kind),
+    };
+    specs
         .into_iter()
         .map(|(name, ty, format, priority, description)| {
             json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority})

@@ -3,10 +3,10 @@
 
 mod age;
 mod certificates;
-mod columns;
+pub(crate) mod columns;
 mod event;
 mod node;
-mod obj;
+pub(crate) mod obj;
 mod pod;
 mod service;
 mod storage;
@@ -17,6 +17,7 @@ mod workloads;
 pub use age::human_duration;
 pub use certificates::condition as csr_condition;
 pub use columns::columns;
+pub use obj::Obj;
 pub use storage::{is_default_class, DEFAULT_CLASS_ANNOTATION};
 
 use jiff::Timestamp;
@@ -26,7 +27,7 @@ use crate::selector::LabelSelector;
 use age::since;
 use event::event_cells;
 use node::node_cells;
-use obj::{none_if_empty, Obj};
+use obj::none_if_empty;
 use pod::pod_cells;
 use service::{format_endpoints, list_with_more, service_cells};
 
@@ -35,6 +36,11 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
     let o = Obj(obj);
     let name = json!(o.str("metadata.name"));
     let age = json!(since(o.time("metadata.creationTimestamp"), now));
+    if let Some((_, s)) = crate::kinds::strategy(kind).filter(|(_, s)| !s.columns().is_empty()) {
+        let mut row = vec![name];
+        row.extend(s.cells(o, &age));
+        return row;
+    }
     match kind {
         "Pod" => pod_cells(o, now),
         "Node" => node_cells(o, name, age),

@@ -12,7 +12,7 @@ use super::names::{label_value_errors, percent_errors, qualified_name_errors, IS
 use super::obj_or_null;
 use super::pod_template::validate_pod_template_spec;
 
-pub(super) fn validate_label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
     validate_labels(obj(sel, "matchLabels"), &format!("{path}.matchLabels"), out);
     for (i, req) in arr(sel, "matchExpressions").iter().enumerate() {
         let p = format!("{path}.matchExpressions[{i}]");
@@ -59,7 +59,7 @@ fn selector_matches(sel: &Value, labels: Option<&Map<String, Value>>) -> bool {
 }
 
 /// The generated `String()` of `*metav1.LabelSelector`, which Go prints for selector errors.
-pub(super) fn label_selector_string(sel: Option<&Value>) -> String {
+pub(crate) fn label_selector_string(sel: Option<&Value>) -> String {
     let Some(sel) = sel.filter(|s| !s.is_null()) else {
         return "nil".to_string();
     };
@@ -85,7 +85,7 @@ pub(super) fn label_selector_string(sel: Option<&Value>) -> String {
     format!("&LabelSelector{{MatchLabels:{labels},MatchExpressions:{exprs},}}")
 }
 
-pub(super) fn validate_nonnegative(v: &Value, key: &str, path: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_nonnegative(v: &Value, key: &str, path: &str, out: &mut Vec<Cause>) {
     if let Some(n) = int(v, key) {
         if n < 0 {
             out.push(Cause::invalid(format!("{path}.{key}"), n, IS_NEGATIVE_MSG));
@@ -160,7 +160,7 @@ pub(super) fn validate_replica_set_spec(spec: &Value, out: &mut Vec<Cause>) {
 }
 
 /// An IntOrString as Go prints it (`25%` or `1`), and its value for the both-zero check.
-pub(super) fn int_or_percent(v: Option<&Value>) -> Option<(String, i64)> {
+pub(crate) fn int_or_percent(v: Option<&Value>) -> Option<(String, i64)> {
     match v? {
         Value::Number(n) => {
             let n = n.as_i64().unwrap_or(0);

@@ -177,7 +177,7 @@ fn qualified_kind(kind: &str) -> String {
 }
 
 /// Go's `strconv.Quote`.
-pub(super) fn go_quote(s: &str) -> String {
+pub(crate) fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -205,7 +205,7 @@ pub(super) fn go_quote(s: &str) -> String {
 }
 
 /// Go's `%#v` of a `map[string]string` (keys sorted).
-pub(super) fn go_map(m: Option<&Map<String, Value>>) -> String {
+pub(crate) fn go_map(m: Option<&Map<String, Value>>) -> String {
     match m {
         None => "map[string]string(nil)".to_string(),
         Some(m) => {
@@ -217,7 +217,7 @@ pub(super) fn go_map(m: Option<&Map<String, Value>>) -> String {
 }
 
 /// Go's `%#v` of a `[]string` (or a named string slice such as `[]core.IPFamily`).
-pub(super) fn go_slice(type_name: &str, items: &[&str]) -> String {
+pub(crate) fn go_slice(type_name: &str, items: &[&str]) -> String {
     let parts: Vec<String> = items.iter().map(|s| go_quote(s)).collect();
     format!("[]{type_name}{{{}}}", parts.join(", "))
 }

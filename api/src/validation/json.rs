@@ -2,32 +2,32 @@
 
 use serde_json::{Map, Value};
 
-pub(super) fn st<'a>(v: &'a Value, key: &str) -> &'a str {
+pub(crate) fn st<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-pub(super) fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+pub(crate) fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     v.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
-pub(super) fn obj<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
+pub(crate) fn obj<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
     v.get(key).and_then(Value::as_object)
 }
 
-pub(super) fn int(v: &Value, key: &str) -> Option<i64> {
+pub(crate) fn int(v: &Value, key: &str) -> Option<i64> {
     v.get(key).and_then(Value::as_i64)
 }
 
-pub(super) fn has(v: &Value, key: &str) -> bool {
+pub(crate) fn has(v: &Value, key: &str) -> bool {
     v.get(key).is_some_and(|x| !x.is_null())
 }
 
-pub(super) fn strs(v: &Value, key: &str) -> Vec<String> {
+pub(crate) fn strs(v: &Value, key: &str) -> Vec<String> {
     arr(v, key).iter().filter_map(Value::as_str).map(str::to_string).collect()
 }
 
 /// Equality the way apimachinery's semantic DeepEqual sees JSON: null, missing, `[]` and `{}` are alike.
-pub(super) fn semantic_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
+pub(crate) fn semantic_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
     fn empty(v: Option<&Value>) -> bool {
         match v {
             None | Some(Value::Null) => true,

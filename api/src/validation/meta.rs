@@ -14,7 +14,7 @@ use super::obj_or_null;
 use super::rbac::path_segment_errors;
 
 #[derive(Clone, Copy)]
-pub(super) enum NameRule {
+pub enum NameRule {
     Subdomain,
     Label,
     Dns1035,
@@ -24,7 +24,7 @@ pub(super) enum NameRule {
 
 const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
 
-pub(super) fn validate_object_meta(meta: &Value, namespaced: Option<bool>, rule: NameRule, out: &mut Vec<Cause>) {
+pub(crate) fn validate_object_meta(meta: &Value, namespaced: Option<bool>, rule: NameRule, out: &mut Vec<Cause>) {
     let name = st(meta, "name");
     if name.is_empty() {
         out.push(Cause::required("metadata.name", "name or generateName is required"));
@@ -55,7 +55,7 @@ pub(super) fn validate_object_meta(meta: &Value, namespaced: Option<bool>, rule:
 }
 
 /// Labels, annotations, owner references and finalizers: checked on create, update and status writes.
-pub(super) fn validate_meta_maps(meta: &Value, out: &mut Vec<Cause>) {
+pub(crate) fn validate_meta_maps(meta: &Value, out: &mut Vec<Cause>) {
     validate_labels(obj(meta, "labels"), "metadata.labels", out);
     validate_annotations(obj(meta, "annotations"), "metadata.annotations", out);
     validate_owner_references(arr(meta, "ownerReferences"), out);
@@ -84,14 +84,14 @@ pub(super) fn validate_meta_maps(meta: &Value, out: &mut Vec<Cause>) {
     }
 }
 
-pub(super) fn validate_finalizer_name(f: &str, path: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_finalizer_name(f: &str, path: &str, out: &mut Vec<Cause>) {
     out.extend(qualified_name_errors(f).iter().map(|m| Cause::invalid(path, f, m)));
     if !f.contains('/') && !STANDARD_FINALIZERS.contains(&f) {
         out.push(Cause::invalid(path, f, "name is neither a standard finalizer name nor is it fully qualified"));
     }
 }
 
-pub(super) fn validate_labels(labels: Option<&Map<String, Value>>, path: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_labels(labels: Option<&Map<String, Value>>, path: &str, out: &mut Vec<Cause>) {
     let Some(labels) = labels else { return };
     for (k, v) in labels {
         out.extend(qualified_name_errors(k).iter().map(|m| Cause::invalid(path, k, m)));
@@ -102,7 +102,7 @@ pub(super) fn validate_labels(labels: Option<&Map<String, Value>>, path: &str, o
 
 const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 
-pub(super) fn validate_annotations(annotations: Option<&Map<String, Value>>, path: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_annotations(annotations: Option<&Map<String, Value>>, path: &str, out: &mut Vec<Cause>) {
     let Some(annotations) = annotations else {
         return;
     };
@@ -183,7 +183,7 @@ fn go_time(s: &str) -> BadValue {
     }
 }
 
-pub(super) fn validate_meta_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+pub(crate) fn validate_meta_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     let nm = obj_or_null(new, "metadata");
     let om = obj_or_null(old, "metadata");
     for key in ["name", "namespace"] {

@@ -4,19 +4,19 @@
 //! fills (restartPolicy, protocol, imagePullPolicy, ...) are checked only when present, so
 //! validating an undefaulted object never reports a missing defaulted field.
 
-mod apps;
+pub(crate) mod apps;
 mod batch;
-mod causes;
+pub(crate) mod causes;
 mod certificates;
 mod container;
-mod json;
-mod meta;
+pub(crate) mod json;
+pub(crate) mod meta;
 mod misc;
-mod names;
-mod pod;
+pub(crate) mod names;
+pub(crate) mod pod;
 mod pod_template;
 mod pod_update;
-mod quantity;
+pub(crate) mod quantity;
 mod rbac;
 mod replication;
 mod service;
@@ -27,6 +27,7 @@ mod workloads;
 
 pub use causes::{invalid_message, BadValue, Cause};
 pub use certificates::{request_organizations, CsrWrite, USAGES as KEY_USAGES};
+pub use meta::NameRule;
 pub use names::{
     config_map_key_errors, dns1035_label_errors, dns1123_label_errors, dns1123_subdomain_errors, env_var_name_errors,
     label_value_errors, port_name_errors, qualified_name_errors,
@@ -40,7 +41,7 @@ use serde_json::Value;
 use apps::{label_selector_string, validate_deployment_spec, validate_replica_set_spec, validate_replica_status};
 use batch::{validate_cron_job, validate_job, validate_job_status, validate_job_update};
 use json::{arr, has, int, semantic_eq, st, strs};
-use meta::{validate_finalizer_name, validate_meta_maps, validate_meta_update, validate_object_meta, NameRule};
+use meta::{validate_finalizer_name, validate_meta_maps, validate_meta_update, validate_object_meta};
 use misc::{
     validate_config_map, validate_endpoint_slice, validate_endpoints, validate_event, validate_immutable_data,
     validate_node, validate_node_update, validate_secret,
@@ -87,6 +88,10 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
         }
     }
     out.extend(validate_object(kind, new, Op::Update));
+    if let Some((_, s)) = crate::kinds::strategy(kind) {
+        s.validate_update(new, old, &mut out);
+        return out;
+    }
     let null = Value::Null;
     let new_spec = new.get("spec").unwrap_or(&null);
     let old_spec = old.get("spec").unwrap_or(&null);
@@ -133,6 +138,10 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
     validate_meta_maps(meta, &mut out);
     let null = Value::Null;
     let status = new.get("status").unwrap_or(&null);
+    if let Some((_, s)) = crate::kinds::strategy(kind) {
+        s.validate_status(new, old, &mut out);
+        return out;
+    }
     match kind {
         "Pod" => validate_pod_status_update(new, old, &mut out),
         "Namespace" => {
@@ -238,6 +247,11 @@ fn obj_or_null<'a>(v: &'a Value, key: &str) -> &'a Value {
 fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
     let mut out = Vec::new();
     let meta = obj_or_null(obj, "metadata");
+    if let Some((info, s)) = crate::kinds::strategy(kind) {
+        validate_object_meta(meta, Some(info.namespaced), s.name_rule(), &mut out);
+        s.validate(obj, &mut out);
+        return out;
+    }
     let (namespaced, rule) = match kind {
         "Namespace" => (Some(false), NameRule::Label),
         "Node" | "PersistentVolume" | "StorageClass" => (Some(false), NameRule::Subdomain),

@@ -35,18 +35,18 @@ const PERCENT_FMT: &str = "[0-9]+%";
 
 const PERCENT_MSG: &str = "a valid percent string must be a numeric string followed by an ending '%'";
 
-pub(super) const IS_NEGATIVE_MSG: &str = "must be greater than or equal to 0";
+pub(crate) const IS_NEGATIVE_MSG: &str = "must be greater than or equal to 0";
 
-pub(super) const IMMUTABLE_MSG: &str = "field is immutable";
+pub(crate) const IMMUTABLE_MSG: &str = "field is immutable";
 
-pub(super) const FILE_MODE_MSG: &str = "must be a number between 0 and 0777 (octal), both inclusive";
+pub(crate) const FILE_MODE_MSG: &str = "must be a number between 0 and 0777 (octal), both inclusive";
 
-pub(super) const QUANTITY_MSG: &str =
+pub(crate) const QUANTITY_MSG: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
-pub(super) const IP_MSG: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
+pub(crate) const IP_MSG: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
 
-pub(super) const CIDR_MSG: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
+pub(crate) const CIDR_MSG: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
 
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
     if examples.is_empty() {
@@ -67,7 +67,7 @@ fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} characters")
 }
 
-pub(super) fn inclusive_range_error(lo: i64, hi: i64) -> String {
+pub(crate) fn inclusive_range_error(lo: i64, hi: i64) -> String {
     format!("must be between {lo} and {hi}, inclusive")
 }
 
@@ -239,7 +239,7 @@ pub fn config_map_key_errors(v: &str) -> Vec<String> {
     errs
 }
 
-pub(super) fn port_num_errors(p: i64) -> Vec<String> {
+pub(crate) fn port_num_errors(p: i64) -> Vec<String> {
     if (1..=65535).contains(&p) {
         Vec::new()
     } else {
@@ -247,7 +247,7 @@ pub(super) fn port_num_errors(p: i64) -> Vec<String> {
     }
 }
 
-pub(super) fn percent_errors(v: &str) -> Vec<String> {
+pub(crate) fn percent_errors(v: &str) -> Vec<String> {
     let ok = v.len() > 1 && v.ends_with('%') && v[..v.len() - 1].bytes().all(|c| c.is_ascii_digit());
     if ok {
         Vec::new()
@@ -256,7 +256,7 @@ pub(super) fn percent_errors(v: &str) -> Vec<String> {
     }
 }
 
-pub(super) fn valid_cidr(v: &str) -> bool {
+pub(crate) fn valid_cidr(v: &str) -> bool {
     let Some((ip, bits)) = v.split_once('/') else {
         return false;
     };

@@ -267,7 +267,7 @@ fn validate_volume_source(src: &str, v: &Value, p: &str, out: &mut Vec<Cause>) {
     }
 }
 
-fn validate_tolerations(tolerations: &[Value], path: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_tolerations(tolerations: &[Value], path: &str, out: &mut Vec<Cause>) {
     for (i, t) in tolerations.iter().enumerate() {
         let p = format!("{path}[{i}]");
         let key = st(t, "key");

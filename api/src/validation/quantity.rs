@@ -58,7 +58,7 @@ pub fn parse_quantity(s: &str) -> Option<i128> {
     Some(if negative { -value } else { value })
 }
 
-pub(super) fn quantity_of(v: &Value) -> Option<i128> {
+pub(crate) fn quantity_of(v: &Value) -> Option<i128> {
     match v {
         Value::String(s) => parse_quantity(s),
         Value::Number(n) => parse_quantity(&n.to_string()),
@@ -66,7 +66,7 @@ pub(super) fn quantity_of(v: &Value) -> Option<i128> {
     }
 }
 
-pub(super) fn quantity_text(v: &Value) -> String {
+pub(crate) fn quantity_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),

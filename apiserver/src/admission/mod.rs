@@ -3,10 +3,15 @@
 //! gets (Kubernetes does it in its RBAC storage, whatever the plugins).
 
 pub mod certificates;
+pub mod default_ingress_class;
 pub mod deny_external_ips;
+pub mod limit_ranger;
+pub mod lookup;
 pub mod node_labels;
 pub mod node_restriction;
 pub mod pod_security;
+pub mod priority;
+pub mod runtime_class;
 pub mod service_account;
 
 use crate::auth::authz::rbac::escalation::RbacEscalation;
@@ -62,11 +67,14 @@ pub struct Deps {
     pub pod_security: pod_security::config::Config,
 }
 
-/// The chain for `enabled` (run in Kubernetes' order whatever the order given), then the plugins
-/// every registry has (DefaultStorageClass, CertificateApproval/CertificateSigning,
-/// CertificateSubjectRestriction), then the RBAC escalation check.
+/// The chain for `enabled` (run in Kubernetes' order whatever the order given) between the plugins
+/// Kubernetes enables by default (LimitRanger first; Priority, PodSecurity, DefaultStorageClass,
+/// RuntimeClass, CertificateApproval/CertificateSigning, CertificateSubjectRestriction,
+/// DefaultIngressClass after), then the RBAC escalation check.
 pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     let mut all: Vec<Arc<dyn Admission>> = Vec::new();
+    // On by default in Kubernetes, and first.
+    all.push(Arc::new(limit_ranger::LimitRanger { store: deps.store.clone() }));
     for p in Plugin::ALL.iter().filter(|p| enabled.contains(p)) {
         all.push(match p {
             Plugin::ServiceAccount => Arc::new(service_account::ServiceAccountAdmission { store: deps.store.clone() }),
@@ -75,10 +83,13 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
         });
     }
     // On by default, as in Kubernetes; privileged unless configured or labelled, so inert until then.
+    all.push(Arc::new(priority::Priority { store: deps.store.clone() }));
     all.push(Arc::new(pod_security::PodSecurity { store: deps.store.clone(), config: deps.pod_security.clone() }));
     all.push(Arc::new(crate::auth::storage::DefaultStorageClass::new(deps.store.clone())));
+    all.push(Arc::new(runtime_class::RuntimeClass { store: deps.store.clone() }));
     all.push(Arc::new(certificates::CertificateAdmission { authorizer: deps.authorizer.clone() }));
     all.push(Arc::new(certificates::CertificateSubjectRestriction));
+    all.push(Arc::new(default_ingress_class::DefaultIngressClass { store: deps.store.clone() }));
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
     Arc::new(AdmissionChain(all))
 }

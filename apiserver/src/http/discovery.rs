@@ -63,6 +63,7 @@ fn sub_kind(r: &ResourceInfo, s: Subresource) -> (&'static str, &'static str, &'
     match s {
         Subresource::Scale => ("autoscaling", "v1", "Scale"),
         Subresource::Binding => ("", "v1", "Binding"),
+        Subresource::Eviction => ("policy", "v1", "Eviction"),
         Subresource::Token => ("authentication.k8s.io", "v1", "TokenRequest"),
         _ => (r.group, r.version, r.kind),
     }
@@ -70,7 +71,7 @@ fn sub_kind(r: &ResourceInfo, s: Subresource) -> (&'static str, &'static str, &'
 
 fn sub_verbs(s: Subresource) -> Vec<&'static str> {
     match s {
-        Subresource::Binding | Subresource::Token => vec!["create"],
+        Subresource::Binding | Subresource::Token | Subresource::Eviction => vec!["create"],
         Subresource::Finalize => vec!["update"],
         _ => vec!["get", "patch", "update"],
     }

@@ -133,6 +133,7 @@ fn not_found() -> ApiError {
 }
 
 /// Query parameters as a map (the last value wins).
+#[derive(Default)]
 pub struct Query(HashMap<String, String>);
 
 impl Query {
@@ -249,6 +250,27 @@ fn delete_options(q: &Query, body: &[u8], headers: &HeaderMap, user: &Arc<UserIn
     }
     o.propagation = Propagation::from_options(policy.as_deref(), orphan)?;
     o.orphan_dependents = orphan;
+    Ok(o)
+}
+
+/// An Eviction's `deleteOptions` as the delete it asks for; `dryRun` from the request or the
+/// options, which must agree (`propagateDryRun`).
+fn eviction_delete_options(q: &Query, eviction: &Value, user: &Arc<UserInfo>) -> ApiResult<DeleteOptions> {
+    let body =
+        eviction.get("deleteOptions").filter(|o| !o.is_null()).map(|o| serde_json::to_vec(o).unwrap_or_default());
+    let mut o = delete_options(&Query::default(), body.as_deref().unwrap_or(b""), &HeaderMap::new(), user)?;
+    let query_dry = q.get("dryRun") == Some("All");
+    let body_dry = eviction.pointer("/deleteOptions/dryRun").and_then(Value::as_array).filter(|d| !d.is_empty());
+    if let Some(d) = body_dry {
+        if q.get("dryRun").is_some() && d.iter().any(|x| x == "All") != query_dry {
+            return Err(ApiError::bad_request(format!(
+                "Non-matching dry-run options in request and content: [{}] and {}",
+                q.get("dryRun").unwrap_or(""),
+                Value::Array(d.clone())
+            )));
+        }
+    }
+    o.dry_run = o.dry_run || query_dry;
     Ok(o)
 }
 
@@ -427,6 +449,11 @@ async fn resource_request(
             let opts = write_options(q, headers, user)?;
             let out = crate::serviceaccount::request::create(reg, tokens, ns.unwrap_or("default"), name, &v, &opts)?;
             Ok(outcome_response(out))
+        }
+        (&Method::POST, Some(name), Some(Subresource::Eviction)) => {
+            let v = decode_body(headers, &body)?;
+            let opts = eviction_delete_options(q, &v, user)?;
+            Ok(outcome_response(reg.evict(ns.unwrap_or("default"), name, v, opts).await?))
         }
         (&Method::POST, Some(name), Some(Subresource::Binding)) => {
             let v = decode_body(headers, &body)?;

@@ -175,6 +175,9 @@ impl Registry {
                 )));
             }
         }
+        if let Some(why) = info.strategy.and_then(|s| s.0.forbids_delete(&old)) {
+            return Err(crate::auth::authz::message::resource_forbidden(info.group, info.plural, name, &why));
+        }
         let req = AdmissionRequest {
             user: &opts.user,
             operation: Operation::Delete,

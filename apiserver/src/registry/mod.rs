@@ -6,6 +6,7 @@ mod apply;
 mod certificates;
 mod delete;
 pub mod endpoints_adapter;
+mod eviction;
 pub mod meta;
 mod namespaces;
 pub mod patch_limits;
@@ -333,23 +334,13 @@ impl Registry {
                 m.remove("generation");
             }
         }
-        match info.kind {
+        if info.resets_status_on_create() {
             // Status is the controllers' and agents' to write; Nodes register with theirs.
-            "Pod"
-            | "Service"
-            | "Deployment"
-            | "ReplicaSet"
-            | "ReplicationController"
-            | "Namespace"
-            | "DaemonSet"
-            | "StatefulSet"
-            | "Job"
-            | "CronJob"
-            | "PersistentVolumeClaim" => {
-                if let Some(o) = body.as_object_mut() {
-                    o.remove("status");
-                }
+            if let Some(o) = body.as_object_mut() {
+                o.remove("status");
             }
+        }
+        match info.kind {
             "PersistentVolume" => volumes::new_volume_status(&mut body),
             "CertificateSigningRequest" => certificates::prepare_create(&mut body, &opts.user),
             _ => {}
@@ -699,6 +690,7 @@ impl Registry {
     pub fn bootstrap(&self, advertise: std::net::SocketAddr, endpoint_leases: bool) -> ApiResult<()> {
         services::repair_allocators(self)?;
         namespaces::bootstrap(self)?;
+        namespaces::bootstrap_builtin_objects(self)?;
         services::bootstrap_kubernetes(self, advertise, endpoint_leases)
     }
 }

@@ -34,6 +34,30 @@ pub fn bootstrap(reg: &Registry) -> ApiResult<()> {
     Ok(())
 }
 
+/// Write the objects each kind's strategy says every cluster has (the system PriorityClasses)
+/// when they are missing; what exists is left alone.
+pub fn bootstrap_builtin_objects(reg: &Registry) -> ApiResult<()> {
+    for info in kaji_api::resources::RESOURCES {
+        let Some(strategy) = info.strategy else { continue };
+        for mut obj in strategy.0.builtin() {
+            let name = meta::name(&obj).to_string();
+            let key = info.key(None, &name);
+            if reg.store.get(&key).map_err(ApiError::internal)?.is_some() {
+                continue;
+            }
+            let m = meta_mut(&mut obj);
+            m.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+            m.insert("creationTimestamp".into(), meta::timestamp(meta::now()).into());
+            kaji_api::defaults::apply_defaults(info.kind, &mut obj);
+            match reg.store.create(&key, &encode_for_store(&obj)?) {
+                Ok(_) | Err(crate::storage::Error::AlreadyExists(_)) => {}
+                Err(e) => return Err(ApiError::internal(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// PUT namespaces/{name}/finalize: replaces spec.finalizers; an empty list on a terminating
 /// namespace with no metadata finalizers removes it.
 pub fn finalize(reg: &Registry, name: &str, body: Value, opts: &WriteOptions) -> ApiResult<Outcome> {

@@ -1,0 +1,50 @@
+//! DefaultIngressClass: an Ingress created without a class gets the default IngressClass.
+
+use super::lookup::list;
+use crate::auth::{Admission, AdmissionRequest, Operation};
+use crate::http::errors::ApiResult;
+use crate::storage::Store;
+use kaji_api::kinds::ingress_class::DEFAULT_CLASS_ANNOTATION;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub const NAME: &str = "DefaultIngressClass";
+
+/// The legacy annotation that names a class instead of the field.
+const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+
+pub struct DefaultIngressClass {
+    pub store: Arc<dyn Store>,
+}
+
+impl Admission for DefaultIngressClass {
+    fn admit(&self, req: &AdmissionRequest<'_>, object: Option<&mut Value>) -> ApiResult<()> {
+        if req.resource.kind != "Ingress" || req.operation != Operation::Create || req.subresource.is_some() {
+            return Ok(());
+        }
+        let Some(ing) = object else { return Ok(()) };
+        if ing.pointer("/spec/ingressClassName").is_some_and(|c| !c.is_null())
+            || ing.pointer("/metadata/annotations").and_then(|a| a.get(LEGACY_CLASS_ANNOTATION)).is_some()
+        {
+            return Ok(());
+        }
+        // The newest default class wins (ties by name), as Kubernetes chooses since 1.30.
+        let mut defaults: Vec<(String, String)> = list(self.store.as_ref(), "IngressClass", None)?
+            .iter()
+            .filter(|c| {
+                c.pointer("/metadata/annotations").and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).and_then(Value::as_str)
+                    == Some("true")
+            })
+            .map(|c| {
+                let field =
+                    |k: &str| c.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).unwrap_or("").to_owned();
+                (field("creationTimestamp"), field("name"))
+            })
+            .collect();
+        defaults.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        if let (Some((_, name)), Some(spec)) = (defaults.first(), ing.get_mut("spec").and_then(Value::as_object_mut)) {
+            spec.insert("ingressClassName".into(), json!(name));
+        }
+        Ok(())
+    }
+}
