@@ -1,5 +1,5 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, ReplicationController, Deployment,
-//! Endpoints, EndpointSlice, DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node
+//! Endpoints, EndpointSlice, disruption (PodDisruptionBudget status), DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node
 //! lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA publisher,
 //! ClusterRole aggregation, CSR approving, signing and cleaning and local-path provisioner loops on
 //! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
@@ -10,6 +10,7 @@ pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
+pub mod disruption;
 pub mod endpoints;
 pub use kaji_component::events;
 pub mod expectations;
@@ -46,6 +47,7 @@ use k8s_openapi::api::core::v1::{
     Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
@@ -291,6 +293,17 @@ async fn controllers(
         revisions: revisions.store(),
     });
     let sts_triggers = (stateful_sets.subscribe(), pods.subscribe());
+    let mut budgets = Informer::<PodDisruptionBudget>::new(Api::all(client.clone()));
+    let pdb_ctx = Arc::new(disruption::Ctx {
+        shared: shared(),
+        budgets: budgets.store(),
+        pods: pods.store(),
+        replica_sets: sets.store(),
+        replication_controllers: rcs.store(),
+        deployments: deployments.store(),
+        stateful_sets: stateful_sets.store(),
+    });
+    let pdb_triggers = (budgets.subscribe(), pods.subscribe());
     let local_path = config.local_path.clone().map(|settings| {
         let mut claims = Informer::<PersistentVolumeClaim>::new(Api::all(client.clone()));
         let mut volumes = Informer::<PersistentVolume>::new(Api::all(client.clone()));
@@ -315,6 +328,7 @@ async fn controllers(
         let csr = csrs.store();
         let (j, cj) = (jobs.store(), cron_jobs.store());
         let (dss, crs, sts) = (daemon_sets.store(), revisions.store(), stateful_sets.store());
+        let pdbs = budgets.store();
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -335,6 +349,7 @@ async fn controllers(
                 && dss.wait_until_ready().await.is_ok()
                 && crs.wait_until_ready().await.is_ok()
                 && sts.wait_until_ready().await.is_ok()
+                && pdbs.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -357,6 +372,7 @@ async fn controllers(
     daemon_sets.spawn(stop.clone());
     stateful_sets.spawn(stop.clone());
     revisions.spawn(stop.clone());
+    budgets.spawn(stop.clone());
     let local_path = match local_path {
         Some((ctx, triggers, (claims, volumes, classes))) => {
             let stores = (claims.store(), volumes.store(), classes.store());
@@ -413,6 +429,7 @@ async fn controllers(
         },
         namespace::run(ns_ctx, ns_triggers, stopped(stop.clone())),
         podgc::run(podgc_ctx, stopped(stop.clone())),
+        disruption::run(pdb_ctx, pdb_triggers.0, pdb_triggers.1, stopped(stop.clone())),
         serviceaccount::run(sa_ctx, sa_triggers.0, sa_triggers.1, stopped(stop.clone())),
         async {
             if let Some((ctx, namespaces, config_maps)) = rootca {

@@ -41,6 +41,22 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 .resources(&["clusterroles"])],
         ),
         (
+            // buildControllerRoles' disruption-controller.
+            "disruption-controller",
+            vec![
+                rule(&["get", "list", "watch"]).groups(&["apps", "extensions"]).resources(&["deployments"]),
+                rule(&["get", "list", "watch"]).groups(&["apps", "extensions"]).resources(&["replicasets"]),
+                rule(&["get", "list", "watch"]).groups(&[""]).resources(&["replicationcontrollers"]),
+                rule(&["get", "list", "watch"]).groups(&["policy"]).resources(&["poddisruptionbudgets"]),
+                rule(&["get", "list", "watch"]).groups(&["apps"]).resources(&["statefulsets"]),
+                rule(&["update"]).groups(&["policy"]).resources(&["poddisruptionbudgets/status"]),
+                rule(&["get"]).groups(&["*"]).resources(&["*/scale"]),
+                rule(&["get", "list", "watch"]).groups(&[""]).resources(&["pods"]),
+                rule(&["patch", "update"]).groups(&[""]).resources(&["pods/status"]),
+                ev(),
+            ],
+        ),
+        (
             "cronjob-controller",
             vec![
                 rule(&["get", "list", "update", "watch"]).groups(&["batch"]).resources(&["cronjobs"]),
