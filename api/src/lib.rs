@@ -3,6 +3,7 @@
 pub mod cron;
 pub mod defaults;
 pub mod pod_security;
+pub mod quota;
 pub mod resources;
 pub mod scheduling;
 pub mod schema;

@@ -144,7 +144,13 @@ impl ResourceInfo {
     pub fn returns_deleted_object(&self) -> bool {
         matches!(
             self.kind,
-            "Pod" | "PodTemplate" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
+            "Pod"
+                | "PodTemplate"
+                | "ResourceQuota"
+                | "Service"
+                | "Namespace"
+                | "PersistentVolume"
+                | "PersistentVolumeClaim"
         )
     }
 }
@@ -195,6 +201,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         false
     ),
     res!("", "PodTemplate", "podtemplates", "podtemplate", true, NONE, NONE, &[], false),
+    res!("", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], NONE, &[Status], false),
     res!(
         "",
         "ReplicationController",

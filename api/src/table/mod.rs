@@ -8,6 +8,7 @@ mod event;
 mod node;
 mod obj;
 mod pod;
+mod quota;
 mod service;
 mod storage;
 #[cfg(test)]
@@ -107,6 +108,7 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         other if workloads::columns(other).is_some() => workloads::cells(other, o, name, age, now).unwrap_or_default(),
         other if storage::columns(other).is_some() => storage::cells(other, o, name, age).unwrap_or_default(),
         other if certificates::columns(other).is_some() => certificates::cells(other, o, name, age).unwrap_or_default(),
+        other if quota::columns(other).is_some() => quota::cells(other, o, name, age).unwrap_or_default(),
         _ => {
             let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
             let created = Timestamp::from_second(created.as_second()).unwrap_or(created);
@@ -180,6 +182,7 @@ mod tests {
             "ReplicaSet",
             "ReplicationController",
             "PodTemplate",
+            "ResourceQuota",
             "EndpointSlice",
             "RoleBinding",
             "ClusterRoleBinding",
