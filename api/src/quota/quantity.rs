@@ -50,9 +50,10 @@ impl Quantity {
         self.nanos == 0
     }
 
-    /// The sum, in this quantity's format (Quantity.Add keeps the receiver's).
+    /// The sum, in this quantity's format (Quantity.Add keeps the receiver's, unless it is zero).
     pub fn add(self, other: Self) -> Self {
-        Self { nanos: self.nanos.saturating_add(other.nanos), format: self.format }
+        let format = if self.nanos == 0 { other.format } else { self.format };
+        Self { nanos: self.nanos.saturating_add(other.nanos), format }
     }
 
     pub fn sub(self, other: Self) -> Self {
@@ -169,6 +170,7 @@ mod tests {
         assert_eq!(q("252Mi").add(q("100Mi")).to_string(), "352Mi");
         assert_eq!(q("500m").add(q("500m")).to_string(), "1");
         assert_eq!(q("1").sub(q("1")).to_string(), "0");
+        assert_eq!(q("0").add(q("10Mi")).to_string(), "10Mi", "a zero takes the other's format");
         assert_eq!(q("1Gi"), q("1073741824"));
         assert!(q("600m") > q("500m"));
     }

@@ -345,7 +345,8 @@ impl Registry {
             | "StatefulSet"
             | "Job"
             | "CronJob"
-            | "PersistentVolumeClaim" => {
+            | "PersistentVolumeClaim"
+            | "ResourceQuota" => {
                 if let Some(o) = body.as_object_mut() {
                     o.remove("status");
                 }
