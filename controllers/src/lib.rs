@@ -1,8 +1,8 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, ReplicationController, Deployment,
 //! Endpoints, EndpointSlice, DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node
-//! lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, ResourceQuota, root CA publisher,
-//! ClusterRole aggregation, CSR approving, signing and cleaning and local-path provisioner loops on
-//! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
+//! lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, ResourceQuota, root
+//! CA publisher, ClusterRole aggregation, CSR approving, signing and cleaning and local-path
+//! provisioner loops on `kube::runtime::Controller`, over shared caches, behind an optional Lease.
 
 pub mod certificates;
 pub mod clusterroleaggregation;

@@ -32,7 +32,7 @@ pub fn to_json(list: &ResourceList) -> Value {
 pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();
     for (k, q) in b {
-        out.entry(k.clone()).and_modify(|v| *v = v.add(*q)).or_insert(*q);
+        out.entry(k.clone()).and_modify(|v| *v = v.plus(*q)).or_insert(*q);
     }
     out
 }
@@ -43,7 +43,7 @@ pub fn subtract_non_negative(a: &ResourceList, b: &ResourceList) -> ResourceList
     let mut out = ResourceList::new();
     for (k, q) in a {
         let v = match b.get(k) {
-            Some(o) => q.sub(*o),
+            Some(o) => q.minus(*o),
             None => *q,
         };
         out.insert(k.clone(), if v.nanos < 0 { Quantity { nanos: 0, ..v } } else { v });

@@ -51,12 +51,12 @@ impl Quantity {
     }
 
     /// The sum, in this quantity's format (Quantity.Add keeps the receiver's, unless it is zero).
-    pub fn add(self, other: Self) -> Self {
+    pub fn plus(self, other: Self) -> Self {
         let format = if self.nanos == 0 { other.format } else { self.format };
         Self { nanos: self.nanos.saturating_add(other.nanos), format }
     }
 
-    pub fn sub(self, other: Self) -> Self {
+    pub fn minus(self, other: Self) -> Self {
         Self { nanos: self.nanos.saturating_sub(other.nanos), format: self.format }
     }
 
@@ -95,12 +95,12 @@ impl fmt::Display for Quantity {
         }
         let sign = if self.nanos < 0 { "-" } else { "" };
         let abs = self.nanos.unsigned_abs();
-        if self.format == Format::BinarySi && abs % (NANO as u128) == 0 {
+        if self.format == Format::BinarySi && abs.is_multiple_of(NANO as u128) {
             let units = abs / NANO as u128;
             if units >= 1024 {
                 const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
                 let (mut v, mut i) = (units, 0usize);
-                while v % 1024 == 0 && i < SUFFIXES.len() {
+                while v.is_multiple_of(1024) && i < SUFFIXES.len() {
                     v /= 1024;
                     i += 1;
                 }
@@ -112,7 +112,7 @@ impl fmt::Display for Quantity {
         // Decimal: exponents -9, -6, ..., 18 (n u m "" k M G T P E).
         let mut exp = -9i32;
         let mut v = abs;
-        while v % 1000 == 0 && exp < 18 {
+        while v.is_multiple_of(1000) && exp < 18 {
             v /= 1000;
             exp += 3;
         }
@@ -167,10 +167,10 @@ mod tests {
 
     #[test]
     fn sums_keep_the_first_format() {
-        assert_eq!(q("252Mi").add(q("100Mi")).to_string(), "352Mi");
-        assert_eq!(q("500m").add(q("500m")).to_string(), "1");
-        assert_eq!(q("1").sub(q("1")).to_string(), "0");
-        assert_eq!(q("0").add(q("10Mi")).to_string(), "10Mi", "a zero takes the other's format");
+        assert_eq!(q("252Mi").plus(q("100Mi")).to_string(), "352Mi");
+        assert_eq!(q("500m").plus(q("500m")).to_string(), "1");
+        assert_eq!(q("1").minus(q("1")).to_string(), "0");
+        assert_eq!(q("0").plus(q("10Mi")).to_string(), "10Mi", "a zero takes the other's format");
         assert_eq!(q("1Gi"), q("1073741824"));
         assert!(q("600m") > q("500m"));
     }

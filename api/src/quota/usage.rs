@@ -86,11 +86,10 @@ pub fn matching_resources<'a>(group: &str, resource: &str, names: impl IntoItera
 /// Whether creates (and, for services, claims and pod resizes, updates) of this resource are
 /// charged at admission (Evaluator.Handles).
 pub fn charged_on_update(group: &str, resource: &str, subresource: Option<&str>) -> bool {
-    match (group, resource, subresource) {
-        ("", "services" | "persistentvolumeclaims", None) => true,
-        ("", "pods", Some("resize")) => true,
-        _ => false,
-    }
+    matches!(
+        (group, resource, subresource),
+        ("", "services" | "persistentvolumeclaims", None) | ("", "pods", Some("resize"))
+    )
 }
 
 /// What `obj` costs: its object count under every name it has, plus the kind's own resources.
