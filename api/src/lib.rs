@@ -4,6 +4,7 @@ pub mod cron;
 pub mod defaults;
 pub mod kinds;
 pub mod pod_security;
+pub mod quota;
 pub mod resources;
 pub mod scheduling;
 pub mod schema;

@@ -145,6 +145,7 @@ impl ResourceInfo {
                 | "Job"
                 | "CronJob"
                 | "PersistentVolumeClaim"
+                | "ResourceQuota"
         )
     }
 
@@ -178,7 +179,13 @@ impl ResourceInfo {
         }
         matches!(
             self.kind,
-            "Pod" | "PodTemplate" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
+            "Pod"
+                | "PodTemplate"
+                | "ResourceQuota"
+                | "Service"
+                | "Namespace"
+                | "PersistentVolume"
+                | "PersistentVolumeClaim"
         )
     }
 }
@@ -231,6 +238,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         false
     ),
     res!("", "PodTemplate", "podtemplates", "podtemplate", true, NONE, NONE, &[], false),
+    res!("", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], NONE, &[Status], false),
     res!(
         "",
         "ReplicationController",

@@ -41,6 +41,7 @@ pub fn normalize(kind: &str, obj: &Value) -> Result<Value, SchemaError> {
         "PersistentVolume" => roundtrip::<core::v1::PersistentVolume>(obj),
         "PersistentVolumeClaim" => roundtrip::<core::v1::PersistentVolumeClaim>(obj),
         "PodTemplate" => roundtrip::<core::v1::PodTemplate>(obj),
+        "ResourceQuota" => roundtrip::<core::v1::ResourceQuota>(obj),
         "ReplicationController" => roundtrip::<core::v1::ReplicationController>(obj),
         "Deployment" => roundtrip::<apps::v1::Deployment>(obj),
         "ReplicaSet" => roundtrip::<apps::v1::ReplicaSet>(obj),

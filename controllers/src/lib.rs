@@ -1,8 +1,9 @@
 //! kaji-controllers: the controller manager — the ReplicaSet, ReplicationController, Deployment,
-//! Endpoints, EndpointSlice, disruption (PodDisruptionBudget status), DaemonSet, Job, CronJob, TTL-after-finished, StatefulSet, node
-//! lifecycle, node IPAM, garbage collector, namespace, pod GC, ServiceAccount, root CA publisher,
-//! ClusterRole aggregation, CSR approving, signing and cleaning and local-path provisioner loops on
-//! `kube::runtime::Controller`, over shared caches, behind an optional Lease.
+//! Endpoints, EndpointSlice, disruption (PodDisruptionBudget status), DaemonSet, Job, CronJob,
+//! TTL-after-finished, StatefulSet, node lifecycle, node IPAM, garbage collector, namespace, pod GC,
+//! ServiceAccount, ResourceQuota, root CA publisher, ClusterRole aggregation, CSR approving, signing
+//! and cleaning and local-path provisioner loops on `kube::runtime::Controller`, over shared caches,
+//! behind an optional Lease.
 
 pub mod certificates;
 pub mod clusterroleaggregation;
@@ -27,6 +28,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod shared;
@@ -44,7 +46,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
-    Service, ServiceAccount,
+    ResourceQuota, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -304,6 +306,44 @@ async fn controllers(
         stateful_sets: stateful_sets.store(),
     });
     let pdb_triggers = (budgets.subscribe(), pods.subscribe());
+    let mut quotas = Informer::<ResourceQuota>::new(Api::all(client.clone()));
+    let mut all_cms = Informer::<ConfigMap>::new(Api::all(client.clone()));
+    let mut secrets = Informer::<Secret>::new(Api::all(client.clone()));
+    let mut quota_claims = Informer::<PersistentVolumeClaim>::new(Api::all(client.clone()));
+    let rq_ctx = Arc::new(resourcequota::Ctx {
+        shared: shared(),
+        stores: resourcequota::Stores {
+            quotas: quotas.store(),
+            pods: pods.store(),
+            services: services.store(),
+            config_maps: all_cms.store(),
+            secrets: secrets.store(),
+            claims: quota_claims.store(),
+            replication_controllers: rcs.store(),
+            replica_sets: sets.store(),
+            deployments: deployments.store(),
+            stateful_sets: stateful_sets.store(),
+            daemon_sets: daemon_sets.store(),
+            jobs: jobs.store(),
+            cron_jobs: cron_jobs.store(),
+        },
+    });
+    let rq_own = quotas.subscribe().boxed();
+    let rq_triggers = resourcequota::Triggers {
+        quotas: quotas.subscribe().boxed(),
+        pods: pods.subscribe().boxed(),
+        services: services.subscribe().boxed(),
+        config_maps: all_cms.subscribe().boxed(),
+        secrets: secrets.subscribe().boxed(),
+        claims: quota_claims.subscribe().boxed(),
+        replication_controllers: rcs.subscribe().boxed(),
+        replica_sets: sets.subscribe().boxed(),
+        deployments: deployments.subscribe().boxed(),
+        stateful_sets: stateful_sets.subscribe().boxed(),
+        daemon_sets: daemon_sets.subscribe().boxed(),
+        jobs: jobs.subscribe().boxed(),
+        cron_jobs: cron_jobs.subscribe().boxed(),
+    };
     let local_path = config.local_path.clone().map(|settings| {
         let mut claims = Informer::<PersistentVolumeClaim>::new(Api::all(client.clone()));
         let mut volumes = Informer::<PersistentVolume>::new(Api::all(client.clone()));
@@ -329,6 +369,7 @@ async fn controllers(
         let (j, cj) = (jobs.store(), cron_jobs.store());
         let (dss, crs, sts) = (daemon_sets.store(), revisions.store(), stateful_sets.store());
         let pdbs = budgets.store();
+        let (rq, acm, sec, qc) = (quotas.store(), all_cms.store(), secrets.store(), quota_claims.store());
         async move {
             p.wait_until_ready().await.is_ok()
                 && s.wait_until_ready().await.is_ok()
@@ -350,6 +391,10 @@ async fn controllers(
                 && crs.wait_until_ready().await.is_ok()
                 && sts.wait_until_ready().await.is_ok()
                 && pdbs.wait_until_ready().await.is_ok()
+                && rq.wait_until_ready().await.is_ok()
+                && acm.wait_until_ready().await.is_ok()
+                && sec.wait_until_ready().await.is_ok()
+                && qc.wait_until_ready().await.is_ok()
         }
     };
     pods.spawn(stop.clone());
@@ -373,6 +418,10 @@ async fn controllers(
     stateful_sets.spawn(stop.clone());
     revisions.spawn(stop.clone());
     budgets.spawn(stop.clone());
+    quotas.spawn(stop.clone());
+    all_cms.spawn(stop.clone());
+    secrets.spawn(stop.clone());
+    quota_claims.spawn(stop.clone());
     let local_path = match local_path {
         Some((ctx, triggers, (claims, volumes, classes))) => {
             let stores = (claims.store(), volumes.store(), classes.store());
@@ -455,6 +504,7 @@ async fn controllers(
         cronjob::run(cj_ctx, cj_triggers.0, cj_triggers.1, stopped(stop.clone())),
         daemonset::run(ds_ctx, ds_triggers.0, ds_triggers.1, ds_triggers.2, ds_triggers.3, stopped(stop.clone())),
         statefulset::run(sts_ctx, sts_triggers.0, sts_triggers.1, stopped(stop.clone())),
+        resourcequota::run(rq_ctx, rq_own, rq_triggers, stopped(stop.clone())),
         async {
             if let Some((ctx, (claims, volumes, claims_for_volumes))) = local_path {
                 localpath::run(ctx, claims, volumes, claims_for_volumes, stopped(stop.clone())).await;

@@ -139,6 +139,7 @@ fn column_specs(kind: &str) -> Vec<Column> {
         other => super::workloads::columns(other)
             .or_else(|| super::storage::columns(other))
             .or_else(|| super::certificates::columns(other))
+            .or_else(|| super::quota::columns(other))
             // The apiserver's default table convertor (Roles and ClusterRoles print this way too).
             .unwrap_or_else(|| vec![NAME, ("Created At", "date", "", 0, AGE_DOC)]),
     }

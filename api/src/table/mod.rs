@@ -8,6 +8,7 @@ mod event;
 mod node;
 pub(crate) mod obj;
 mod pod;
+mod quota;
 mod service;
 mod storage;
 #[cfg(test)]
@@ -113,6 +114,7 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         other if workloads::columns(other).is_some() => workloads::cells(other, o, name, age, now).unwrap_or_default(),
         other if storage::columns(other).is_some() => storage::cells(other, o, name, age).unwrap_or_default(),
         other if certificates::columns(other).is_some() => certificates::cells(other, o, name, age).unwrap_or_default(),
+        other if quota::columns(other).is_some() => quota::cells(other, o, name, age).unwrap_or_default(),
         _ => {
             let created = o.time("metadata.creationTimestamp").unwrap_or(Timestamp::MIN);
             let created = Timestamp::from_second(created.as_second()).unwrap_or(created);
@@ -186,6 +188,7 @@ mod tests {
             "ReplicaSet",
             "ReplicationController",
             "PodTemplate",
+            "ResourceQuota",
             "EndpointSlice",
             "RoleBinding",
             "ClusterRoleBinding",

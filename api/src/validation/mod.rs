@@ -17,6 +17,7 @@ pub(crate) mod pod;
 mod pod_template;
 mod pod_update;
 pub(crate) mod quantity;
+mod quota;
 mod rbac;
 mod replication;
 mod service;
@@ -111,6 +112,7 @@ pub fn validate_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause> {
             validate_immutable_data(new, old, &["data"], &mut out);
         }
         "ConfigMap" => validate_immutable_data(new, old, &["data", "binaryData"], &mut out),
+        "ResourceQuota" => quota::validate_resource_quota_update(new, old, &mut out),
         "EndpointSlice" if st(new, "addressType") != st(old, "addressType") => {
             out.push(Cause::invalid("addressType", st(new, "addressType"), IMMUTABLE_MSG));
         }
@@ -144,6 +146,7 @@ pub fn validate_status_update(kind: &str, new: &Value, old: &Value) -> Vec<Cause
     }
     match kind {
         "Pod" => validate_pod_status_update(new, old, &mut out),
+        "ResourceQuota" => quota::validate_resource_quota_status(new, &mut out),
         "Namespace" => {
             let phase = st(status, "phase");
             if has(meta, "deletionTimestamp") {
@@ -271,6 +274,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         | "ReplicaSet"
         | "ReplicationController"
         | "PodTemplate"
+        | "ResourceQuota"
         | "EndpointSlice"
         | "Lease"
         | "DaemonSet"
@@ -300,6 +304,7 @@ fn validate_object(kind: &str, obj: &Value, op: Op) -> Vec<Cause> {
         "ReplicaSet" => validate_replica_set_spec(spec, &mut out),
         "ReplicationController" => validate_replication_controller_spec(spec, &mut out),
         "PodTemplate" => validate_pod_template(obj, &mut out),
+        "ResourceQuota" => quota::validate_resource_quota(obj, &mut out),
         "DaemonSet" => validate_daemon_set_spec(spec, &mut out),
         "StatefulSet" => validate_stateful_set_spec(spec, &mut out),
         "ControllerRevision" => validate_controller_revision(obj, &mut out),
@@ -418,6 +423,11 @@ mod tests {
                 "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]}}),
             ),
             ("Service", json!({"metadata": {"name": "db", "namespace": "d"}, "spec": {"clusterIP": "None"}})),
+            (
+                "ResourceQuota",
+                json!({"metadata": {"name": "q", "namespace": "d"}, "spec": {"hard": {"pods": "5", "requests.cpu": "1"},
+                "scopes": ["NotTerminating"]}}),
+            ),
             ("Namespace", json!({"metadata": {"name": "team-a"}})),
             ("Secret", json!({"metadata": {"name": "s", "namespace": "d"}, "data": {"k": "dg=="}})),
             (

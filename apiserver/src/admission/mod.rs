@@ -1,6 +1,6 @@
 //! Admission plugins (`--enable-admission-plugins`), in Kubernetes' order: ServiceAccount,
 //! NodeRestriction, then DenyServiceExternalIPs; and the RBAC escalation check every RBAC write
-//! gets (Kubernetes does it in its RBAC storage, whatever the plugins).
+//! gets (Kubernetes does it in its RBAC storage, whatever the plugins); ResourceQuota last.
 
 pub mod certificates;
 pub mod default_ingress_class;
@@ -12,6 +12,7 @@ pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
 pub mod runtime_class;
+pub mod resource_quota;
 pub mod service_account;
 
 use crate::auth::authz::rbac::escalation::RbacEscalation;
@@ -91,6 +92,8 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     all.push(Arc::new(certificates::CertificateSubjectRestriction));
     all.push(Arc::new(default_ingress_class::DefaultIngressClass { store: deps.store.clone() }));
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
+    // On by default, as in Kubernetes; last, so a write another plugin refuses is never charged.
+    all.push(Arc::new(resource_quota::ResourceQuotaAdmission { store: deps.store.clone() }));
     Arc::new(AdmissionChain(all))
 }
 

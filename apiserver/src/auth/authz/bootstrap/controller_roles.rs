@@ -178,6 +178,15 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 ev(),
             ],
         ),
+        (
+            "resourcequota-controller",
+            vec![
+                // Quota can count anything, so it may list and watch everything.
+                rule(&["list", "watch"]).groups(&["*"]).resources(&["*"]),
+                rule(&["update"]).groups(&[""]).resources(&["resourcequotas/status"]),
+                ev(),
+            ],
+        ),
         ("root-ca-cert-publisher", vec![rule(&["create", "update"]).groups(&[""]).resources(&["configmaps"]), ev()]),
         ("service-account-controller", vec![rule(&["create"]).groups(&[""]).resources(&["serviceaccounts"]), ev()]),
         (

@@ -253,6 +253,39 @@ mod tests {
         }
     }
 
+    /// (verbs, resources) of every rule of a ClusterRole.
+    fn verbs_and_resources(name: &str) -> Vec<(Vec<String>, Vec<String>)> {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).collect()
+        };
+        let role = find("ClusterRole", name);
+        role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| (strings(&r["verbs"]), strings(&r["resources"])))
+            .collect()
+    }
+
+    #[test]
+    fn users_read_quotas_and_only_cluster_admins_and_the_controller_write_them() {
+        // view (and so edit and admin) reads quotas and their status, as Kubernetes' view does.
+        let view = verbs_and_resources("system:aggregate-to-view");
+        assert!(view.iter().any(|(v, r)| v.contains(&"watch".into())
+            && r.contains(&"resourcequotas".into())
+            && r.contains(&"resourcequotas/status".into())));
+        // No namespace role writes a quota or its usage: edit rights must not lift their own limits.
+        for role in ["system:aggregate-to-edit", "system:aggregate-to-admin", "system:aggregate-to-view"] {
+            let writes = verbs_and_resources(role).into_iter().any(|(v, r)| {
+                r.iter().any(|r| r.starts_with("resourcequotas"))
+                    && v.iter().any(|v| ["create", "update", "patch", "delete", "*"].contains(&v.as_str()))
+            });
+            assert!(!writes, "{role} writes resourcequotas");
+        }
+        let controller = verbs_and_resources("system:controller:resourcequota-controller");
+        assert!(controller.contains(&(vec!["update".into()], vec!["resourcequotas/status".into()])));
+    }
+
     #[test]
     fn reconcile_adds_what_is_missing_and_leaves_the_rest() {
         let expected = find("ClusterRole", "system:kube-scheduler");
