@@ -319,3 +319,83 @@ fn ingresses_without_a_class_get_the_default_one() {
     let (_, created) = post(&s, path, sent);
     assert_eq!(created["status"], json!({"loadBalancer": {}}), "create drops a sent status: {created}");
 }
+
+/// A running, ready pod labelled app=web (what the agent would report).
+fn running_pod(s: &ApiServer, name: &str) {
+    let (code, made) = post(
+        s,
+        PODS,
+        json!({"metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "registry.example/app:1"}]}}),
+    );
+    assert_eq!(code, 201, "{made}");
+    let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    let (code, st) = send(s, "PATCH", &format!("{PODS}/{name}/status"), Some(&status), "application/merge-patch+json");
+    assert_eq!(code, 200, "{st}");
+}
+
+fn evict(s: &ApiServer, name: &str) -> (u16, Value) {
+    let body = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}});
+    send(s, "POST", &format!("{PODS}/{name}/eviction"), Some(&body), "application/json")
+}
+
+#[test]
+fn evictions_take_the_disruptions_a_budget_allows_and_no_more() {
+    let (_d, s) = started();
+    running_pod(&s, "a");
+    running_pod(&s, "b");
+    let pdbs = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+    let budget =
+        json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}});
+    let (code, made) = post(&s, pdbs, budget);
+    assert_eq!((code, &made["metadata"]["generation"]), (201, &json!(1)), "{made}");
+    // Before the disruption controller has seen the budget, evictions wait.
+    let (code, wait) = evict(&s, "a");
+    assert_eq!(code, 429, "{wait}");
+    assert_eq!(
+        wait["details"]["causes"][0]["message"],
+        "The disruption budget web is still being processed by the server."
+    );
+    // Play the controller: one disruption allowed.
+    let status = json!({"status": {"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2, "disruptionsAllowed": 1}});
+    let (code, st) = send(&s, "PATCH", &format!("{pdbs}/web/status"), Some(&status), "application/merge-patch+json");
+    assert_eq!(code, 200, "{st}");
+    let (code, ok) = evict(&s, "a");
+    assert_eq!((code, &ok["status"]), (201, &json!("Success")), "{ok}");
+    let (_, pod) = get(&s, &format!("{PODS}/a"));
+    assert!(pod["metadata"]["deletionTimestamp"].is_string(), "{pod}");
+    let target = pod["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .cloned();
+    assert_eq!(target.map(|c| c["reason"].clone()), Some(json!("EvictionByEvictionAPI")));
+    let (code, after) = get(&s, &format!("{pdbs}/web"));
+    assert_eq!((code, &after["status"]["disruptionsAllowed"]), (200, &json!(0)), "{after}");
+    assert!(after["status"]["disruptedPods"]["a"].is_string(), "{after}");
+    let (code, refused) = evict(&s, "b");
+    assert_eq!(code, 429, "{refused}");
+    assert_eq!(refused["message"], "Cannot evict pod as it would violate the pod's disruption budget.");
+    assert_eq!(
+        refused["details"]["causes"][0],
+        json!({"reason": "DisruptionBudget", "message": "The disruption budget web does not allow evicting pods currently"})
+    );
+    // A dry run is judged but takes nothing; a pending pod needs no budget.
+    let (code, _) = post(
+        &s,
+        PODS,
+        json!({"metadata": {"name": "c", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]}}),
+    );
+    assert_eq!(code, 201);
+    assert_eq!(evict(&s, "c").0, 201, "a pending pod is evicted whatever the budget");
+    let (code, wrong) = send(
+        &s,
+        "POST",
+        &format!("{PODS}/b/eviction"),
+        Some(&json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})),
+        "application/json",
+    );
+    assert_eq!((code, wrong["message"].as_str()), (400, Some("name in URL does not match name in Eviction object")));
+}

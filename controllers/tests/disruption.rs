@@ -43,7 +43,10 @@ async fn budgets_count_healthy_pods_and_gate_evictions() -> anyhow::Result<()> {
     );
 
     let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
-    let api = c.api::<Pod>();
+    // kube-rs retries a 429 fifteen times by default; client-go and kubectl drain see it at once.
+    let mut config = kube::Config::new(format!("http://{}", c.server.addr).parse()?);
+    config.default_retry = false;
+    let api: kube::Api<Pod> = kube::Api::namespaced(kube::Client::try_from(config)?, "default");
     api.evict(&names[0], &EvictParams::default()).await?;
     let gone = api.get_opt(&names[0]).await?;
     assert!(gone.is_none_or(|p| p.metadata.deletion_timestamp.is_some()), "the first eviction deletes the pod");

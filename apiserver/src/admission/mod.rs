@@ -11,8 +11,8 @@ pub mod node_labels;
 pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
-pub mod runtime_class;
 pub mod resource_quota;
+pub mod runtime_class;
 pub mod service_account;
 
 use crate::auth::authz::rbac::escalation::RbacEscalation;

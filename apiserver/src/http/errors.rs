@@ -125,7 +125,16 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.status_json()).unwrap_or_default();
-        (code, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+        let mut r = (code, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
+        // As the apiserver's response writers: a Status that says when to come back says it in
+        // `Retry-After` too (client-go waits for it).
+        let retry = self.details.as_ref().and_then(|d| d.get("retryAfterSeconds")).and_then(serde_json::Value::as_u64);
+        if let Some(secs) = retry.filter(|s| *s > 0) {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
+                r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        r
     }
 }
 
