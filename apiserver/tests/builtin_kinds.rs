@@ -381,7 +381,17 @@ fn evictions_take_the_disruptions_a_budget_allows_and_no_more() {
         refused["details"]["causes"][0],
         json!({"reason": "DisruptionBudget", "message": "The disruption budget web does not allow evicting pods currently"})
     );
-    // A dry run is judged but takes nothing; a pending pod needs no budget.
+    // A dry run is judged but takes nothing.
+    let again = json!({"status": {"disruptionsAllowed": 1, "disruptedPods": null}});
+    let (code, _) = send(&s, "PATCH", &format!("{pdbs}/web/status"), Some(&again), "application/merge-patch+json");
+    assert_eq!(code, 200);
+    let body = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "b"}});
+    let (code, dry) = send(&s, "POST", &format!("{PODS}/b/eviction?dryRun=All"), Some(&body), "application/json");
+    assert_eq!(code, 201, "{dry}");
+    let (_, b) = get(&s, &format!("{PODS}/b"));
+    assert!(b["metadata"].get("deletionTimestamp").is_none(), "{b}");
+    assert_eq!(get(&s, &format!("{pdbs}/web")).1["status"]["disruptionsAllowed"], 1);
+    // A pending pod needs no budget.
     let (code, _) = post(
         &s,
         PODS,
