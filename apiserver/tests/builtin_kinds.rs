@@ -409,3 +409,33 @@ fn evictions_take_the_disruptions_a_budget_allows_and_no_more() {
     );
     assert_eq!((code, wrong["message"].as_str()), (400, Some("name in URL does not match name in Eviction object")));
 }
+
+#[test]
+fn status_writes_change_status_and_metadata_never_the_spec() {
+    let (_d, s) = started();
+    let path = "/apis/networking.k8s.io/v1/namespaces/default/ingresses";
+    let ing = json!({"metadata": {"name": "web"}, "spec": {"ingressClassName": "a",
+        "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}});
+    assert_eq!(post(&s, path, ing).0, 201);
+    // The conformance suite's Ingress status patch: an annotation and the load balancer.
+    let patch = json!({"metadata": {"annotations": {"patchedstatus": "true"}}, "spec": {"ingressClassName": "b"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "169.1.1.1"}]}}});
+    let (code, got) = send(&s, "PATCH", &format!("{path}/web/status"), Some(&patch), "application/merge-patch+json");
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["metadata"]["annotations"]["patchedstatus"], "true");
+    assert_eq!(got["status"]["loadBalancer"]["ingress"][0]["ip"], "169.1.1.1");
+    assert_eq!(got["spec"]["ingressClassName"], "a", "the spec does not change through /status");
+    assert_eq!(got["metadata"]["generation"], 1);
+}
+
+#[test]
+fn the_default_service_cidr_is_the_cluster_range_and_ready() {
+    let (_d, s) = started();
+    let (code, cidr) = get(&s, "/apis/networking.k8s.io/v1/servicecidrs/kubernetes");
+    assert_eq!(code, 200, "{cidr}");
+    assert_eq!(cidr["spec"]["cidrs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(cidr["status"]["conditions"][0]["type"], "Ready");
+    assert_eq!(cidr["status"]["conditions"][0]["status"], "True");
+    let (code, st) = get(&s, "/apis/networking.k8s.io/v1/servicecidrs/kubernetes/status");
+    assert_eq!((code, &st["metadata"]["uid"]), (200, &cidr["metadata"]["uid"]));
+}

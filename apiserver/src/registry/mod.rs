@@ -457,9 +457,24 @@ impl Registry {
         let sent = new.pointer("/metadata/managedFields").cloned();
         match sub {
             Some(Subresource::Status | Subresource::Approval) => {
-                // Only status changes through /status.
+                // Status and metadata change through /status, never the rest (the status
+                // strategies' PrepareForUpdate: `new.Spec = old.Spec`), so a controller may label or
+                // annotate what it reports on; a pod's owners stay (podStatusStrategy).
                 let status = new.get("status").cloned();
+                let metadata = new.get("metadata").filter(|m| m.is_object()).cloned();
                 new = old.clone();
+                if let Some(m) = metadata {
+                    new["metadata"] = m;
+                    meta::carry_system_meta(&mut new, old);
+                    if info.kind == "Pod" {
+                        match old.pointer("/metadata/ownerReferences") {
+                            Some(o) => new["metadata"]["ownerReferences"] = o.clone(),
+                            None => {
+                                meta_mut(&mut new).remove("ownerReferences");
+                            }
+                        }
+                    }
+                }
                 match status {
                     Some(s) => new["status"] = s,
                     None => {
@@ -691,6 +706,7 @@ impl Registry {
         services::repair_allocators(self)?;
         namespaces::bootstrap(self)?;
         namespaces::bootstrap_builtin_objects(self)?;
+        services::bootstrap_service_cidr(self)?;
         services::bootstrap_kubernetes(self, advertise, endpoint_leases)
     }
 }
