@@ -276,6 +276,11 @@ impl IpAllocator {
     }
 
     /// The first address (the `kubernetes` Service's).
+    /// The range addresses come from (`--service-cluster-ip-range`).
+    pub fn cidr(&self) -> &str {
+        &self.cidr
+    }
+
     pub fn first(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.claims.lock().first)
     }

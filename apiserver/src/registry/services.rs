@@ -243,6 +243,27 @@ pub fn repair_allocators(reg: &Registry) -> ApiResult<()> {
 }
 
 /// The `kubernetes` Service and its Endpoints in `default`, pointing at this apiserver.
+/// The default ServiceCIDR `kubernetes`: the range Service IPs come from, Ready, as the
+/// apiserver's default-servicecidr controller keeps it (written once; what exists is left).
+pub fn bootstrap_service_cidr(reg: &Registry) -> ApiResult<()> {
+    let info = kaji_api::resources::by_kind("ServiceCIDR").expect("service CIDRs are served");
+    let key = info.key(None, "kubernetes");
+    if reg.store.get(&key).map_err(ApiError::internal)?.is_some() {
+        return Ok(());
+    }
+    let now = meta::timestamp(meta::now());
+    let mut obj = json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes", "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now},
+        "spec": {"cidrs": [reg.ips.cidr()]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "", "message": "Kubernetes default Service CIDR is ready",
+            "lastTransitionTime": now}]}});
+    kaji_api::defaults::apply_defaults("ServiceCIDR", &mut obj);
+    match reg.store.create(&key, &encode_for_store(&obj)?) {
+        Ok(_) | Err(crate::storage::Error::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
 pub fn bootstrap_kubernetes(reg: &Registry, advertise: SocketAddr, endpoint_leases: bool) -> ApiResult<()> {
     let svc_info = kaji_api::resources::by_kind("Service").expect("services are served");
     let ep_info = kaji_api::resources::by_kind("Endpoints").expect("endpoints are served");
