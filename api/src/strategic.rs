@@ -184,9 +184,39 @@ fn merge_list<'a>(
                     (None, _) => out.push(Value::Object(strip_directives_deep(pm))),
                 }
             }
-            Ok(out)
+            Ok(patch_order_first(out, orig, patch, key))
         }
     }
+}
+
+/// apimachinery's `normalizeElementOrder` for a list merged by `key`: the items the patch names
+/// in the patch's order, the server-only items in the original's order, the two interleaved by
+/// their places in the original (`mergeSortedSlice`) — so an item only the patch has comes
+/// before the server-only items that follow it, as Kubernetes orders it.
+fn patch_order_first(merged: Vec<Value>, orig: &[Value], patch: &[Value], key: &str) -> Vec<Value> {
+    let id = |v: &Value| v.get(key).cloned();
+    let patch_ids: Vec<Value> = patch.iter().filter(|p| p.get("$patch").is_none()).filter_map(id).collect();
+    let original: Vec<Value> = orig.iter().filter_map(id).collect();
+    let (mut right, mut left): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|v| id(v).is_some_and(|k| patch_ids.contains(&k)));
+    let rank = |order: &[Value], v: &Value| id(v).and_then(|k| order.iter().position(|o| *o == k));
+    right.sort_by_key(|v| rank(&patch_ids, v).unwrap_or(usize::MAX));
+    left.sort_by_key(|v| rank(&original, v).unwrap_or(usize::MAX));
+    let mut out = Vec::with_capacity(left.len() + right.len());
+    let (mut l, mut r) = (left.into_iter().peekable(), right.into_iter().peekable());
+    loop {
+        let take_left = match (l.peek(), r.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some(b)) => match (rank(&original, a), rank(&original, b)) {
+                (Some(x), Some(y)) => x < y,
+                _ => false,
+            },
+        };
+        out.extend(if take_left { l.next() } else { r.next() });
+    }
+    out
 }
 
 /// Order `list` as `order` says (elements or their merge keys); the rest keep their order after.
@@ -300,6 +330,28 @@ mod tests {
             .expect("applies");
         assert_eq!(out["status"]["conditions"][0], json!({"type": "Ready", "status": "True"}));
         assert_eq!(out["status"]["conditions"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn items_only_the_patch_has_come_before_the_server_only_ones() {
+        // The conformance suite's StatefulSet patch names a container the template does not have.
+        let orig = json!({"spec": {"template": {"spec": {"containers": [{"name": "webserver", "image": "agnhost"}]}}}});
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "test-ss", "image": "pause"}]}}}});
+        let got = apply("StatefulSet", &orig, &patch).expect("patch");
+        let names: Vec<&str> = got["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["test-ss", "webserver"]);
+        // Items the server has keep their places around the patched ones.
+        let orig = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+        let patch = json!({"spec": {"containers": [{"name": "b", "image": "x"}, {"name": "d"}]}});
+        let got = apply("Pod", &orig, &patch).expect("patch");
+        let names: Vec<&str> =
+            got["spec"]["containers"].as_array().expect("list").iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["a", "b", "d", "c"]);
     }
 
     #[test]
