@@ -397,6 +397,28 @@ impl Registry {
         info: &'static ResourceInfo,
         ns: Option<&str>,
         name: &str,
+        body: Value,
+        sub: Option<Subresource>,
+        opts: &WriteOptions,
+    ) -> ApiResult<Outcome> {
+        // Without a resourceVersion a PUT is unconditional: a write that lost a race with another
+        // (a controller's status) is decided again on the new object, as GuaranteedUpdate does.
+        let unconditional = meta_str(&body, "resourceVersion").is_none_or(str::is_empty);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.update_once(info, ns, name, body.clone(), sub, opts).await {
+                Err(e) if unconditional && e.code == 409 && e.reason == "Conflict" && attempts < 5 => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn update_once(
+        &self,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
         mut body: Value,
         sub: Option<Subresource>,
         opts: &WriteOptions,
