@@ -98,7 +98,8 @@ def main():
     w("# Conformance\n\n" if a.docs else "# Conformance run\n\n")
     if a.docs:
         w("The latest whole run of the Kubernetes conformance suite against kaji, written by\n"
-          "`scripts/conformance --docs` (do not edit by hand; rerun it).\n\n")
+          "`scripts/conformance --docs` (do not edit it by hand; rerun it). Partial runs made since,\n"
+          "by hand, go under \"Since the whole run\" at the end, which a new whole run replaces.\n\n")
     w(f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}\n")
     w(f"- kaji commit: `{git('rev-parse', '--short', 'HEAD')}`"
       f"{' (with uncommitted changes)' if git('status', '--porcelain', '--untracked-files=no') else ''}\n")
