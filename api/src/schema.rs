@@ -18,7 +18,7 @@ pub enum SchemaError {
     UnknownKind(String),
 }
 
-fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, SchemaError> {
+pub(crate) fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, SchemaError> {
     let typed: T = serde_json::from_value(v.clone()).map_err(|e| SchemaError::Decode(e.to_string()))?;
     serde_json::to_value(&typed).map_err(|e| SchemaError::Decode(e.to_string()))
 }

@@ -256,8 +256,7 @@ pub fn check_claim(ranges: &[Value], claim: &Value) -> Vec<String> {
             }
         }
         for (k, (hi, hi_text)) in resources(item, "max") {
-            if let Some((v, text)) = req.get(&k).filter(|(v, _)| *v > hi) {
-                let _ = v;
+            if let Some((_, text)) = req.get(&k).filter(|(v, _)| *v > hi) {
                 errs.push(format!("maximum {k} usage per PersistentVolumeClaim is {hi_text}, but request is {text}"));
             }
         }

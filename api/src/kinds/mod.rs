@@ -123,11 +123,7 @@ pub fn strategy(kind: &str) -> Option<(&'static crate::resources::ResourceInfo, 
     info.strategy.map(|s| (info, s.0))
 }
 
-/// Decode `v` as `T` and encode it back: the fields `T` knows, typed.
-pub(crate) fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, SchemaError> {
-    let typed: T = serde_json::from_value(v.clone()).map_err(|e| SchemaError::Decode(e.to_string()))?;
-    serde_json::to_value(&typed).map_err(|e| SchemaError::Decode(e.to_string()))
-}
+pub(crate) use crate::schema::roundtrip;
 
 /// A `ResourceInfo` row for a kind served through `strategy` (version v1, no categories, not
 /// created by PUT).

@@ -1,6 +1,6 @@
 //! DefaultIngressClass: an Ingress created without a class gets the default IngressClass.
 
-use super::lookup::list;
+use super::lookup::{list, newest_default};
 use crate::auth::{Admission, AdmissionRequest, Operation};
 use crate::http::errors::ApiResult;
 use crate::storage::Store;
@@ -29,20 +29,12 @@ impl Admission for DefaultIngressClass {
             return Ok(());
         }
         // The newest default class wins (ties by name), as Kubernetes chooses since 1.30.
-        let mut defaults: Vec<(String, String)> = list(self.store.as_ref(), "IngressClass", None)?
-            .iter()
-            .filter(|c| {
-                c.pointer("/metadata/annotations").and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).and_then(Value::as_str)
-                    == Some("true")
-            })
-            .map(|c| {
-                let field =
-                    |k: &str| c.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).unwrap_or("").to_owned();
-                (field("creationTimestamp"), field("name"))
-            })
-            .collect();
-        defaults.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        if let (Some((_, name)), Some(spec)) = (defaults.first(), ing.get_mut("spec").and_then(Value::as_object_mut)) {
+        let classes = list(self.store.as_ref(), "IngressClass", None)?;
+        let default = newest_default(&classes, |c| {
+            c.pointer("/metadata/annotations").and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).and_then(Value::as_str)
+                == Some("true")
+        });
+        if let (Some(name), Some(spec)) = (default, ing.get_mut("spec").and_then(Value::as_object_mut)) {
             spec.insert("ingressClassName".into(), json!(name));
         }
         Ok(())

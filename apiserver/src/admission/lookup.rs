@@ -23,6 +23,17 @@ pub fn get(store: &dyn Store, kind: &str, namespace: Option<&str>, name: &str) -
     }
 }
 
+/// The name of the newest of `objects` that `is_default` marks (ties by name) — how Kubernetes
+/// picks among several default StorageClasses or IngressClasses.
+pub fn newest_default(objects: &[Value], is_default: impl Fn(&Value) -> bool) -> Option<String> {
+    let field =
+        |o: &Value, k: &str| o.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).unwrap_or("").to_owned();
+    let mut defaults: Vec<(String, String)> =
+        objects.iter().filter(|o| is_default(o)).map(|o| (field(o, "creationTimestamp"), field(o, "name"))).collect();
+    defaults.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    defaults.into_iter().next().map(|(_, name)| name)
+}
+
 /// apimachinery's `utilerrors.NewAggregate(errs).Error()`: one error as itself, several in brackets.
 pub fn aggregate(errs: &[String]) -> String {
     match errs {

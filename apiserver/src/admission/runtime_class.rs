@@ -6,7 +6,7 @@ use crate::auth::authz::message::resource_forbidden;
 use crate::auth::{Admission, AdmissionRequest, Operation};
 use crate::http::errors::{ApiError, ApiResult};
 use crate::storage::Store;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub const NAME: &str = "RuntimeClass";
@@ -103,9 +103,14 @@ impl Admission for RuntimeClass {
         if req.resource.kind != "Pod" || req.operation != Operation::Create || req.subresource.is_some() {
             return Ok(());
         }
+        // Only a pod that carries an overhead needs its class looked at again (admit already
+        // refused a missing class).
+        if !has_overhead(pod) {
+            return Ok(());
+        }
         let class = self.class(req, pod)?;
         let class_overhead = class.as_ref().and_then(|c| c.pointer("/overhead/podFixed")).is_some_and(Value::is_object);
-        if has_overhead(pod) && !class_overhead {
+        if !class_overhead {
             return Err(forbid(
                 req,
                 "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead".into(),
@@ -117,8 +122,7 @@ impl Admission for RuntimeClass {
 
 /// Two resource lists with the same quantities (`1` and `1000m` alike).
 fn same_quantities(a: &Value, b: &Value) -> bool {
-    let parse = |v: &Value| -> Option<Map<String, Value>> { v.as_object().cloned() };
-    let (Some(a), Some(b)) = (parse(a), parse(b)) else { return false };
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return false };
     a.len() == b.len()
         && a.iter().all(|(k, v)| {
             let q = |x: &Value| x.as_str().and_then(kaji_api::validation::parse_quantity);

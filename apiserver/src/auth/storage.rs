@@ -2,10 +2,8 @@
 //! StorageClass).
 
 use super::{Admission, AdmissionRequest, Operation};
-use crate::http::errors::{ApiError, ApiResult};
-use crate::registry::decode_stored;
+use crate::http::errors::ApiResult;
 use crate::storage::Store;
-use kaji_api::resources::by_kind;
 use kaji_api::table::is_default_class;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -22,19 +20,8 @@ impl DefaultStorageClass {
 
     /// The default class's name: the newest `is-default-class` one (ties by name), if any.
     fn default_class(&self) -> ApiResult<Option<String>> {
-        let info = by_kind("StorageClass").expect("storage classes are served");
-        let (kvs, _) = self.store.list(&info.key_prefix()).map_err(ApiError::internal)?;
-        let mut defaults = Vec::new();
-        for kv in &kvs {
-            let sc = decode_stored(kv)?;
-            if is_default_class(&sc) {
-                let meta = sc.get("metadata");
-                let field = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).unwrap_or("").to_string();
-                defaults.push((field("creationTimestamp"), field("name")));
-            }
-        }
-        defaults.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        Ok(defaults.into_iter().next().map(|(_, name)| name))
+        let classes = crate::admission::lookup::list(self.store.as_ref(), "StorageClass", None)?;
+        Ok(crate::admission::lookup::newest_default(&classes, is_default_class))
     }
 }
 

@@ -44,20 +44,18 @@ pub struct Ctx {
 }
 
 /// The pods a budget selects: none without a selector, all of its namespace with an empty one.
-fn selected<'a>(pdb: &PodDisruptionBudget, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
+fn selected<'a>(pdb: &PodDisruptionBudget, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<&'a Pod> {
     let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else { return Vec::new() };
     let Some(selector) = Selector::new(Some(selector)) else { return Vec::new() };
-    pods.iter()
+    pods.into_iter()
         .filter(|p| p.metadata.namespace == pdb.metadata.namespace)
         .filter(|p| selector.matches(p.metadata.labels.as_ref()))
-        .map(|p| &**p)
         .collect()
 }
 
 /// The budgets selecting `pod` (what a pod change wakes).
 fn budgets_for_pod(budgets: &Store<PodDisruptionBudget>, pod: &Pod) -> Vec<ObjectRef<PodDisruptionBudget>> {
-    let one = [Arc::new(pod.clone())];
-    budgets.state().iter().filter(|b| !selected(b, &one).is_empty()).map(|b| ObjectRef::from_obj(&**b)).collect()
+    budgets.state().iter().filter(|b| !selected(b, [pod]).is_empty()).map(|b| ObjectRef::from_obj(&**b)).collect()
 }
 
 fn find<K: kube::Resource<DynamicType = ()> + Clone>(
@@ -120,7 +118,7 @@ async fn sync(pdb: &PodDisruptionBudget, ctx: &Ctx, key: &str) -> Result<Action,
         return Ok(Action::await_change());
     }
     let all = ctx.pods.state();
-    let pods = selected(pdb, &all);
+    let pods = selected(pdb, all.iter().map(|p| &**p));
     let now = jiff::Timestamp::now();
     let status = match plan::expected(pdb, pods.len(), || expected_scale(ctx, &pods)) {
         Ok((expected, desired)) => {
