@@ -3,7 +3,7 @@
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
 use kube::Resource;
@@ -12,6 +12,8 @@ use std::fmt::Debug;
 use tokio::sync::{mpsc, watch};
 
 type Sender<K> = mpsc::UnboundedSender<K>;
+/// Decides, from the cached object and its new state, whether an update is sent.
+pub type UpdateFilter<K> = Box<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 /// A watch on one kind, its store, and the subscribers it fans changes out to.
 pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -21,6 +23,7 @@ pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
     writer: reflector::store::Writer<K>,
     changed: Vec<Sender<K>>,
     deleted: Vec<Sender<K>>,
+    filtered: Vec<(Sender<K>, UpdateFilter<K>)>,
 }
 
 impl<K> Informer<K>
@@ -34,7 +37,7 @@ where
     /// An informer over a narrower watch (a field or label selector).
     pub fn with_config(api: Api<K>, config: watcher::Config) -> Self {
         let (store, writer) = reflector::store();
-        Self { api, config, store, writer, changed: Vec::new(), deleted: Vec::new() }
+        Self { api, config, store, writer, changed: Vec::new(), deleted: Vec::new(), filtered: Vec::new() }
     }
 
     pub fn store(&self) -> Store<K> {
@@ -56,9 +59,20 @@ where
         receiver_stream(rx)
     }
 
+    /// Objects deleted, and updates that `filter(cached, new)` accepts — never additions (a
+    /// client-go handler with only UpdateFunc and DeleteFunc).
+    pub fn subscribe_filtered(
+        &mut self,
+        filter: UpdateFilter<K>,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.filtered.push((tx, filter));
+        receiver_stream(rx).map(Ok)
+    }
+
     /// Runs the watch until `stop`; watch errors are retried with back-off.
     pub fn spawn(self, mut stop: watch::Receiver<bool>) {
-        let Self { api, config, store: _, mut writer, changed, deleted } = self;
+        let Self { api, config, store, mut writer, changed, deleted, filtered } = self;
         let kind = K::kind(&()).to_string();
         tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
@@ -78,12 +92,30 @@ where
                         continue;
                     }
                 };
+                let cached = match &event {
+                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) if !filtered.is_empty() => {
+                        store.get(&ObjectRef::from_obj(obj))
+                    }
+                    _ => None,
+                };
                 writer.apply_watcher_event(&event);
                 match &event {
-                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => send(&changed, obj),
+                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                        send(&changed, obj);
+                        if let Some(old) = cached {
+                            for (tx, filter) in &filtered {
+                                if filter(&old, obj) {
+                                    let _ = tx.send(obj.clone());
+                                }
+                            }
+                        }
+                    }
                     watcher::Event::Delete(obj) => {
                         send(&changed, obj);
                         send(&deleted, obj);
+                        for (tx, _) in &filtered {
+                            let _ = tx.send(obj.clone());
+                        }
                     }
                     watcher::Event::Init | watcher::Event::InitDone => {}
                 }

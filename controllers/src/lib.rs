@@ -329,20 +329,23 @@ async fn controllers(
         },
     });
     let rq_own = quotas.subscribe().boxed();
-    let rq_triggers = resourcequota::Triggers {
-        quotas: quotas.subscribe().boxed(),
-        pods: pods.subscribe().boxed(),
-        services: services.subscribe().boxed(),
-        config_maps: all_cms.subscribe().boxed(),
-        secrets: secrets.subscribe().boxed(),
-        claims: quota_claims.subscribe().boxed(),
-        replication_controllers: rcs.subscribe().boxed(),
-        replica_sets: sets.subscribe().boxed(),
-        deployments: deployments.subscribe().boxed(),
-        stateful_sets: stateful_sets.subscribe().boxed(),
-        daemon_sets: daemon_sets.subscribe().boxed(),
-        jobs: jobs.subscribe().boxed(),
-        cron_jobs: cron_jobs.subscribe().boxed(),
+    let rq_triggers = {
+        use resourcequota::replenish as r;
+        resourcequota::Triggers {
+            quotas: quotas.subscribe_filtered(r("", "resourcequotas")).boxed(),
+            pods: pods.subscribe_filtered(r("", "pods")).boxed(),
+            services: services.subscribe_filtered(r("", "services")).boxed(),
+            config_maps: all_cms.subscribe_filtered(r("", "configmaps")).boxed(),
+            secrets: secrets.subscribe_filtered(r("", "secrets")).boxed(),
+            claims: quota_claims.subscribe_filtered(r("", "persistentvolumeclaims")).boxed(),
+            replication_controllers: rcs.subscribe_filtered(r("", "replicationcontrollers")).boxed(),
+            replica_sets: sets.subscribe_filtered(r("apps", "replicasets")).boxed(),
+            deployments: deployments.subscribe_filtered(r("apps", "deployments")).boxed(),
+            stateful_sets: stateful_sets.subscribe_filtered(r("apps", "statefulsets")).boxed(),
+            daemon_sets: daemon_sets.subscribe_filtered(r("apps", "daemonsets")).boxed(),
+            jobs: jobs.subscribe_filtered(r("batch", "jobs")).boxed(),
+            cron_jobs: cron_jobs.subscribe_filtered(r("batch", "cronjobs")).boxed(),
+        }
     };
     let local_path = config.local_path.clone().map(|settings| {
         let mut claims = Informer::<PersistentVolumeClaim>::new(Api::all(client.clone()));

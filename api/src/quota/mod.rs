@@ -5,6 +5,7 @@ pub mod admit;
 pub mod calculate;
 pub mod list;
 pub mod quantity;
+pub mod replenish;
 pub mod scopes;
 pub mod usage;
 

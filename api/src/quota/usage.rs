@@ -114,19 +114,22 @@ pub fn usage(group: &str, resource: &str, obj: &Value, now: i64) -> ResourceList
 
 /// A pod's compute usage, or nothing once it is terminal or past its deletion grace (QuotaV1Pod).
 fn pod_usage(pod: &Value, now: i64) -> ResourceList {
-    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
-    if phase == "Succeeded" || phase == "Failed" {
+    if !pod_counted(pod, now) {
         return ResourceList::new();
-    }
-    let deleted = pod.pointer("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(seconds_of);
-    let grace = pod.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
-    if let (Some(at), Some(grace)) = (deleted, grace) {
-        if now > at.saturating_add(grace) {
-            return ResourceList::new();
-        }
     }
     let (requests, limits) = pod_requests_and_limits(pod);
     compute_usage(&requests, &limits)
+}
+
+/// QuotaV1Pod: a pod is charged until it is terminal or stuck past its deletion grace.
+pub fn pod_counted(pod: &Value, now: i64) -> bool {
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    if phase == "Succeeded" || phase == "Failed" {
+        return false;
+    }
+    let deleted = pod.pointer("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(seconds_of);
+    let grace = pod.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+    !matches!((deleted, grace), (Some(at), Some(grace)) if now > at.saturating_add(grace))
 }
 
 /// podComputeUsageHelper: `pods` 1, requests under both their plain and `requests.` names,

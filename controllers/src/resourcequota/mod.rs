@@ -2,10 +2,13 @@
 //! status says its spec's `hard` and, for exactly those resources, what the namespace's objects
 //! under its scopes use. Observed: the shared caches of the kinds quota counts (a live list for
 //! any other `count/<resource>.<group>`). A quota is recomputed when its spec changes, when an
-//! object it may count changes, and every 5 minutes; a status equal to the computed one is never
-//! written. Status-only changes (admission's charges) do not wake it, as in Kubernetes: the
-//! object they were charged for may not be in the cache yet.
+//! object it counts is deleted or changes in a way that may lower usage
+//! (`kaji_api::quota::replenish`), and every 5 minutes; a status equal to the computed one is
+//! never written. Creations and status-only changes (admission's charges) do not wake it, as in
+//! Kubernetes: quota admission charged the creation already, and the object may not be in the
+//! cache yet — a recount then would hand the charged unit back.
 
+use crate::informer::UpdateFilter;
 use crate::shared::{Shared, RESYNC};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -14,7 +17,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota, Secret, Service,
 };
-use kaji_api::quota::{calculate, list, scopes, ResourceList};
+use kaji_api::quota::{calculate, list, replenish, scopes, ResourceList};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -71,9 +74,10 @@ pub struct Ctx {
 
 type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
-/// The changes that may move a quota's usage, one stream per cached kind.
+/// The changes that may lower a quota's usage, one stream per cached kind (`replenish`'s filter:
+/// deletions and the updates `kaji_api::quota::replenish::on_update` names).
 pub struct Triggers {
-    /// Quotas, all changes (new quotas change `resourcequotas` usage of the others).
+    /// Quotas deleted (the others' `resourcequotas` count falls).
     pub quotas: Trigger<ResourceQuota>,
     pub pods: Trigger<Pod>,
     pub services: Trigger<Service>,
@@ -87,6 +91,17 @@ pub struct Triggers {
     pub daemon_sets: Trigger<DaemonSet>,
     pub jobs: Trigger<Job>,
     pub cron_jobs: Trigger<CronJob>,
+}
+
+/// The informer filter of one kind's replenishment: updates that may lower usage pass.
+pub fn replenish<K: Serialize + 'static>(group: &'static str, resource: &'static str) -> UpdateFilter<K> {
+    if !matches!((group, resource), ("", "pods" | "services" | "persistentvolumeclaims")) {
+        return Box::new(|_, _| false);
+    }
+    Box::new(move |old: &K, new: &K| {
+        let (Ok(old), Ok(new)) = (serde_json::to_value(old), serde_json::to_value(new)) else { return true };
+        replenish::on_update(group, resource, &old, &new, jiff::Timestamp::now().as_second())
+    })
 }
 
 fn in_namespace<K: Resource<DynamicType = ()> + Serialize + Clone>(store: &Store<K>, ns: &str) -> Vec<Value> {
@@ -232,7 +247,7 @@ fn spec_changes(quotas: Trigger<ResourceQuota>) -> Trigger<ResourceQuota> {
 }
 
 /// Runs the controller until `stop` resolves. `own` is the quotas' stream the controller is
-/// driven by; `t.quotas` the one that tells the other quotas of a namespace that a quota came or went.
+/// driven by; `t.quotas` the one that tells the other quotas of a namespace that a quota went.
 pub async fn run(
     ctx: Arc<Ctx>,
     own: Trigger<ResourceQuota>,
@@ -240,22 +255,8 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = ctx.stores.quotas.clone();
-    // Only a quota's arrival or departure changes the others' `resourcequotas` count; the cache
-    // holds each change before it is sent, so a quota gone from it was deleted.
-    let mut known: BTreeSet<String> = BTreeSet::new();
-    let cache = store.clone();
-    let arrivals = t
-        .quotas
-        .filter(move |r| {
-            let pass = match r {
-                Ok(q) => known.insert(q.uid().unwrap_or_default()) || cache.get(&ObjectRef::from_obj(q)).is_none(),
-                Err(_) => false,
-            };
-            futures::future::ready(pass)
-        })
-        .boxed();
     let mut c = Controller::for_stream(spec_changes(own), store.clone());
-    c = watch(c, &store, arrivals);
+    c = watch(c, &store, t.quotas);
     c = watch(c, &store, t.pods);
     c = watch(c, &store, t.services);
     c = watch(c, &store, t.config_maps);
