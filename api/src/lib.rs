@@ -13,3 +13,4 @@ pub mod strategic;
 pub mod table;
 pub mod validation;
 pub mod version;
+pub mod webhook;

@@ -331,6 +331,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     kinds::resource_claim::INFO,
     kinds::resource_claim_template::INFO,
     kinds::resource_slice::INFO,
+    kinds::validating_webhook_configuration::INFO,
+    kinds::mutating_webhook_configuration::INFO,
 ];
 
 const RBAC: &str = "rbac.authorization.k8s.io";

@@ -16,6 +16,7 @@ pub mod ingress;
 pub mod ingress_class;
 pub mod ip_address;
 pub mod limit_range;
+pub mod mutating_webhook_configuration;
 pub mod network_policy;
 pub mod pod_disruption_budget;
 pub mod priority_class;
@@ -27,6 +28,7 @@ pub mod runtime_class;
 pub mod service_cidr;
 #[cfg(test)]
 mod test_support;
+pub mod validating_webhook_configuration;
 pub mod volume_attachment;
 pub mod volume_attributes_class;
 

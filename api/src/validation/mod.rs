@@ -24,6 +24,7 @@ mod service;
 mod storage;
 #[cfg(test)]
 mod test_support;
+pub(crate) mod webhook;
 mod workloads;
 
 pub use causes::{invalid_message, BadValue, Cause};

@@ -128,6 +128,7 @@ MIXGTirqmbTHgpgt5N8gZj4=
             name: "c",
             old: None,
             dry_run: false,
+            options: None,
         };
         CertificateSubjectRestriction.validate(&req, Some(obj))
     }

@@ -1,6 +1,7 @@
 //! Admission plugins (`--enable-admission-plugins`), in Kubernetes' order: ServiceAccount,
 //! NodeRestriction, then DenyServiceExternalIPs; and the RBAC escalation check every RBAC write
-//! gets (Kubernetes does it in its RBAC storage, whatever the plugins); ResourceQuota last.
+//! gets (Kubernetes does it in its RBAC storage, whatever the plugins); the admission webhooks;
+//! ResourceQuota last.
 
 pub mod certificates;
 pub mod default_ingress_class;
@@ -14,6 +15,7 @@ pub mod priority;
 pub mod resource_quota;
 pub mod runtime_class;
 pub mod service_account;
+pub mod webhook;
 
 use crate::auth::authz::rbac::escalation::RbacEscalation;
 use crate::auth::authz::rbac::Rbac;
@@ -92,6 +94,9 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     all.push(Arc::new(certificates::CertificateSubjectRestriction));
     all.push(Arc::new(default_ingress_class::DefaultIngressClass { store: deps.store.clone() }));
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
+    // On by default, as in Kubernetes: MutatingAdmissionWebhook last of the mutating plugins,
+    // ValidatingAdmissionWebhook just before ResourceQuota.
+    all.push(webhook::plugin(deps.cache.clone()));
     // On by default, as in Kubernetes; last, so a write another plugin refuses is never charged.
     all.push(Arc::new(resource_quota::ResourceQuotaAdmission { store: deps.store.clone() }));
     Arc::new(AdmissionChain(all))

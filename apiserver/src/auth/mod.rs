@@ -302,6 +302,9 @@ pub struct AdmissionRequest<'a> {
     /// The stored object an update or delete replaces (None on create and connect).
     pub old: Option<&'a Value>,
     pub dry_run: bool,
+    /// A CONNECT's options (PodExecOptions, PodAttachOptions, ...): what webhooks are sent as the
+    /// object; the object-reading plugins never see them.
+    pub options: Option<&'a Value>,
 }
 
 /// An admission plugin. `admit` runs first and may change the object (mutating admission, after

@@ -54,6 +54,33 @@ pub struct ExecOptions {
 }
 
 impl ExecOptions {
+    /// The options object admission webhooks are sent for this CONNECT (PodExecOptions,
+    /// PodAttachOptions or PodPortForwardOptions, core/v1).
+    pub fn connect_options(&self, kind: Kind, query: &str) -> serde_json::Value {
+        let mut o = serde_json::json!({"apiVersion": "v1", "stdin": self.stdin, "stdout": self.stdout,
+            "stderr": self.stderr, "tty": self.tty});
+        if let Some(c) = &self.container {
+            o["container"] = c.as_str().into();
+        }
+        match kind {
+            Kind::Exec => {
+                o["kind"] = "PodExecOptions".into();
+                o["command"] = self.command.clone().into();
+            }
+            Kind::Attach => o["kind"] = "PodAttachOptions".into(),
+            Kind::PortForward => {
+                let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).unwrap_or_default();
+                let ports: Vec<i64> =
+                    pairs.iter().filter(|(k, _)| k == "ports").filter_map(|(_, v)| v.parse().ok()).collect();
+                o = serde_json::json!({"apiVersion": "v1", "kind": "PodPortForwardOptions"});
+                if !ports.is_empty() {
+                    o["ports"] = ports.into();
+                }
+            }
+        }
+        o
+    }
+
     /// Query booleans as Kubernetes converts them: present and not `0`/`false` is true.
     pub fn parse(query: &str) -> ApiResult<Self> {
         let pairs: Vec<(String, String)> =
@@ -199,7 +226,8 @@ async fn connect(s: &Shared, kind: Kind, ns: &str, name: &str, mut req: Request<
     let (node, addr, path) = location(s, kind, ns, name, &opts)?;
     let pods = kaji_api::resources::by_kind("Pod").expect("pods are served");
     let sub = kind.resource().trim_start_matches("pods/");
-    s.registry.admit_connect(&super::pipeline::user_of(req.extensions()), pods, ns, name, sub)?;
+    let options = opts.connect_options(kind, req.uri().query().unwrap_or(""));
+    s.registry.admit_connect(&super::pipeline::user_of(req.extensions()), pods, ns, name, sub, options)?;
     if !is_upgrade(req.headers()) {
         return Err(ApiError::bad_request("Upgrade request required"));
     }

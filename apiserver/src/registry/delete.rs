@@ -187,6 +187,7 @@ impl Registry {
             name,
             old: Some(&old),
             dry_run: opts.dry_run,
+            options: None,
         };
         self.admission.admit(&req, None)?;
         self.admission.validate(&req, None)?;

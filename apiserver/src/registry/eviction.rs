@@ -79,6 +79,7 @@ impl Registry {
             name,
             old: None,
             dry_run: delete.dry_run,
+            options: None,
         };
         let mut admitted = eviction.clone();
         self.admission.admit(&req, Some(&mut admitted))?;

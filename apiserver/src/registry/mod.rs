@@ -358,6 +358,7 @@ impl Registry {
             name: &name,
             old: None,
             dry_run: opts.dry_run,
+            options: None,
         };
         self.admission.admit(&req, Some(&mut body))?;
         let causes = validation::validate_create(info.kind, &body);
@@ -542,6 +543,7 @@ impl Registry {
             name,
             old: Some(old),
             dry_run: opts.dry_run,
+            options: None,
         };
         self.admission.admit(&req, Some(&mut new))?;
         if info.kind == "PersistentVolume" && sub == Some(Subresource::Status) {
@@ -705,6 +707,7 @@ impl Registry {
         ns: &str,
         name: &str,
         subresource: &str,
+        options: Value,
     ) -> ApiResult<()> {
         let (old, _) = self.get_raw(info, Some(ns), name)?;
         let req = AdmissionRequest {
@@ -716,6 +719,7 @@ impl Registry {
             name,
             old: Some(&old),
             dry_run: false,
+            options: Some(&options),
         };
         self.admission.admit(&req, None)?;
         self.admission.validate(&req, None)

@@ -81,6 +81,7 @@ pub fn finalize(reg: &Registry, name: &str, body: Value, opts: &WriteOptions) ->
         name,
         old: Some(&old),
         dry_run: opts.dry_run,
+        options: None,
     };
     reg.admission.admit(&req, Some(&mut new))?;
     reg.admission.validate(&req, Some(&new))?;

@@ -49,6 +49,7 @@ pub fn bind(reg: &Registry, ns: &str, name: &str, body: Value, opts: &WriteOptio
         name,
         old: None,
         dry_run: opts.dry_run,
+        options: None,
     };
     reg.admission.admit(&req, Some(&mut binding))?;
     reg.admission.validate(&req, Some(&binding))?;

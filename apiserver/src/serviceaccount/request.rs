@@ -155,6 +155,7 @@ pub fn create(
         name,
         old: None,
         dry_run: opts.dry_run,
+        options: None,
     };
     reg.admission.admit(&admission, Some(&mut req))?;
     reg.admission.validate(&admission, Some(&req))?;

@@ -22,6 +22,21 @@ pub fn ip(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `ip` arguments that route each node's pod CIDR through the node's address, inside the lab's
+/// namespace: the apiserver there reaches pods (admission webhooks, aggregated APIs) as a
+/// control plane on a host-gw network does. Nodes without a CIDR or address yet are left out.
+pub fn pod_route_plan(lab_netns: &str, nodes: &[k8s_openapi::api::core::v1::Node]) -> Vec<Vec<String>> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let cidr = n.spec.as_ref()?.pod_cidr.clone()?;
+            let addrs = n.status.as_ref()?.addresses.as_ref()?;
+            let ip = addrs.iter().find(|a| a.type_ == "InternalIP")?.address.clone();
+            Some(["-n", lab_netns, "route", "replace", &cidr, "via", &ip].map(String::from).to_vec())
+        })
+        .collect()
+}
+
 pub fn run_plan(plan: &[Vec<String>]) -> Result<()> {
     plan.iter().try_for_each(|args| ip(args))
 }

@@ -57,6 +57,7 @@ pub async fn add(mut state: State) -> Result<()> {
     let _ = std::fs::remove_dir_all(&rootfs);
     started?;
     step(&format!("waiting for {name} to be Ready"), wait_ready(&client, &name, Duration::from_secs(60))).await?;
+    step(&format!("routing its pod CIDR from {}", lab.netns()), up::route_pods(lab, &client)).await?;
     println!("node {name} added: the lab has {i} nodes (`kaji lab logs agent-{i}`, `kaji lab restart proxy-{i}`)");
     Ok(())
 }

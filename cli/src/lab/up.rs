@@ -131,6 +131,7 @@ async fn start(state: &State, with_demo: bool) -> Result<()> {
         wait_nodes(&client, lab.nodes),
     )
     .await?;
+    step(&format!("routing the pod CIDRs from {} to the nodes", lab.netns()), route_pods(lab, &client)).await?;
     let what = format!("building the kaji-dns image and pushing it to the registry as {REGISTRY}/{}", dns::IMAGE);
     step(&what, async { registry::publish(lab, dns::image(&lab.dir.join("dns-rootfs"))?, dns::IMAGE).await }).await?;
     step(&dns::describe(), dns::apply(&client, &lab.pod_server())).await?;
@@ -296,6 +297,12 @@ pub fn ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Routes every node's pod CIDR inside the lab's namespace (`net::pod_route_plan`).
+pub async fn route_pods(lab: &Lab, client: &kube::Client) -> Result<()> {
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
+    super::net::run_plan(&super::net::pod_route_plan(&lab.netns(), &nodes.items))
 }
 
 async fn wait_nodes(client: &kube::Client, want: u8) -> Result<()> {
