@@ -242,3 +242,41 @@ fn invalid_configurations_are_refused_with_kubernetes_messages() {
         body["details"]["causes"].as_array().expect("causes").iter().filter_map(|c| c["field"].as_str()).collect();
     assert_eq!(causes, ["webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].clientConfig.url"]);
 }
+
+#[test]
+fn match_conditions_choose_the_requests_a_webhook_sees() {
+    let (_dir, s) = started();
+    let hooks = webhook_server();
+    let conditions = json!([{"name": "not-skipped", "expression": "object.metadata.name != 'skip-me'"},
+        {"name": "creates", "expression": "request.operation == 'CREATE'"}]);
+    let broken = json!([{"name": "broken", "expression": "object.nope.deeper == 'x'"}]);
+    let failing = json!({"matchConditions": broken, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "strict"}}});
+    register(
+        &s,
+        VALIDATING,
+        "conditional",
+        vec![
+            hooks.hook("deny.kaji.test", "deny", json!({"matchConditions": conditions})),
+            hooks.hook("broken.kaji.test", "allow", failing),
+        ],
+    );
+    let (path, cm) = configmap("default", "skip-me", json!({"deny": "1"}));
+    assert_eq!(post_json(&s, &path, cm).0, 201, "a false condition skips the webhook");
+    let (path, cm) = configmap("default", "other", json!({"deny": "1"}));
+    assert_eq!(post_json(&s, &path, cm).0, 403);
+    assert_eq!(post_json(&s, "/api/v1/namespaces", json!({"metadata": {"name": "strict"}})).0, 201);
+    let (path, cm) = configmap("strict", "a", json!({}));
+    let (code, body) = post_json(&s, &path, cm);
+    assert_eq!((code, &body["reason"]), (403, &json!("Forbidden")), "{body}");
+    let msg = body["message"].as_str().unwrap_or("");
+    assert!(msg.starts_with("configmaps \"a\" is forbidden: matchCondition 'broken': "), "{msg}");
+    // An expression that does not compile is refused with the API's message.
+    let bad = hooks.hook(
+        "bad.kaji.test",
+        "allow",
+        json!({"matchConditions": [{"name": "x", "expression": "... [] bad expression"}]}),
+    );
+    let (code, body) = post_json(&s, VALIDATING, json!({"metadata": {"name": "bad"}, "webhooks": [bad]}));
+    assert_eq!(code, 422, "{body}");
+    assert!(body["message"].as_str().unwrap_or("").contains("compilation failed"), "{body}");
+}

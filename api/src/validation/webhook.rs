@@ -321,9 +321,8 @@ fn validate_service(svc: &Value, p: &str, out: &mut Vec<Cause>) {
     }
 }
 
-/// `validateMatchConditions`: at most 64, unique qualified names, an expression each. The
-/// expressions are CEL, which kaji cannot compile or evaluate yet: a webhook that carries match
-/// conditions is refused rather than called for requests its conditions would exclude.
+/// `validateMatchConditions`: at most 64, unique qualified names, an expression each that
+/// compiles (`crate::webhook::conditions::check`).
 fn validate_match_conditions(hook: &Value, p: &str, out: &mut Vec<Cause>) {
     let conditions = arr(hook, "matchConditions");
     if conditions.len() > MAX_MATCH_CONDITIONS {
@@ -341,14 +340,11 @@ fn validate_match_conditions(hook: &Value, p: &str, out: &mut Vec<Cause>) {
                 out.push(Cause::duplicate(format!("{cp}.name"), name));
             }
         }
-        if st(c, "expression").is_empty() {
+        let expression = st(c, "expression");
+        if expression.is_empty() {
             out.push(Cause::required(format!("{cp}.expression"), ""));
-        } else {
-            out.push(Cause::invalid(
-                format!("{cp}.expression"),
-                st(c, "expression"),
-                "compilation failed: kaji does not evaluate CEL match conditions yet",
-            ));
+        } else if let Err(e) = crate::webhook::conditions::check(expression) {
+            out.push(Cause::invalid(format!("{cp}.expression"), expression, &e));
         }
     }
 }

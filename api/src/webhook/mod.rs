@@ -2,5 +2,6 @@
 //! part: which webhooks a request goes to, the AdmissionReview sent, and what the answer means.
 //! The apiserver's `admission::webhook` resolves, calls and applies.
 
+pub mod conditions;
 pub mod matching;
 pub mod review;

@@ -6,17 +6,19 @@
 //! cannot be called refuses the write (failurePolicy Fail, a 500) or is skipped (Ignore). The
 //! admission configuration kinds themselves are never sent to webhooks.
 //!
-//! Not yet: `matchConditions` (CEL; configurations carrying them are refused by validation),
-//! reinvocation (`reinvocationPolicy: IfNeeded` runs once), webhook warnings and audit
+//! `matchConditions` (CEL over object, oldObject and request) decide after the selectors. Not yet:
+//! the CEL authorizer library (refused at validation), reinvocation (`reinvocationPolicy: IfNeeded` runs once), webhook warnings and audit
 //! annotations.
 
 pub mod client;
 
+use crate::auth::authz::message::resource_forbidden;
 use crate::auth::{Admission, AdmissionRequest, Operation};
 use crate::cache::Cache;
 use crate::http::errors::{ApiError, ApiResult};
 use kaji_api::resources::ResourceInfo;
 use kaji_api::selector::{FieldSelector, LabelSelector};
+use kaji_api::webhook::conditions::{self, Outcome};
 use kaji_api::webhook::matching::{self, Attributes};
 use kaji_api::webhook::review::{self, Gvk, Verdict};
 use serde_json::{json, Map, Value};
@@ -102,6 +104,42 @@ impl Webhooks {
         }
         Ok(out)
     }
+}
+
+/// The hooks whose `matchConditions` hold (`ShouldCallHook`): a false condition skips the webhook;
+/// conditions that cannot be evaluated skip it under failurePolicy Ignore and refuse the request
+/// (403) under Fail.
+fn meeting_conditions<'h>(
+    hooks: Vec<&'h Hook>,
+    prepared: &Prepared<'_>,
+    object: Option<&Value>,
+) -> ApiResult<Vec<&'h Hook>> {
+    if hooks.iter().all(|h| h.spec.get("matchConditions").and_then(Value::as_array).is_none_or(Vec::is_empty)) {
+        return Ok(hooks);
+    }
+    let review = prepared.review(object);
+    let request = review::review(&review, "v1")["request"].take();
+    let (obj, old) = (review.object.cloned().unwrap_or(Value::Null), review.old.cloned().unwrap_or(Value::Null));
+    let mut out = Vec::new();
+    for h in hooks {
+        let conditions = h.spec.get("matchConditions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+        if conditions.is_empty() {
+            out.push(h);
+            continue;
+        }
+        match conditions::evaluate(conditions, &obj, &old, &request) {
+            Outcome::Matches => out.push(h),
+            Outcome::Excluded(_) => {}
+            Outcome::Error(e) if ignores_failure(h) => {
+                tracing::warn!(webhook = %h.name, error = %e, "failed evaluating match conditions, skipping the webhook");
+            }
+            Outcome::Error(e) => {
+                let r = prepared.req;
+                return Err(resource_forbidden(r.resource.group, r.resource.plural, r.name, &e));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The request's kind (a subresource's own kind where it has one).
@@ -258,11 +296,12 @@ impl Admission for Webhooks {
         let snapshot = object.as_deref().cloned();
         let Some(a) = attributes(req, snapshot.as_ref()) else { return Ok(()) };
         let hooks = self.matching(&registered.mutating, &a)?;
-        drop(snapshot);
         if hooks.is_empty() {
             return Ok(());
         }
         let prepared = Prepared::new(req);
+        let hooks = meeting_conditions(hooks, &prepared, snapshot.as_ref())?;
+        drop(snapshot);
         for hook in hooks {
             let current = object.as_deref().cloned();
             let verdict = block_on(call(&self.cache, hook, &prepared.review(current.as_ref()), true));
@@ -293,6 +332,10 @@ impl Admission for Webhooks {
             return Ok(());
         }
         let prepared = Prepared::new(req);
+        let hooks = meeting_conditions(hooks, &prepared, object)?;
+        if hooks.is_empty() {
+            return Ok(());
+        }
         let review = prepared.review(object);
         let calls: Vec<_> = hooks.iter().map(|h| call(&self.cache, h, &review, false)).collect();
         let verdicts = block_on(futures::future::join_all(calls));
