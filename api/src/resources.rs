@@ -333,6 +333,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     kinds::resource_slice::INFO,
     kinds::validating_webhook_configuration::INFO,
     kinds::mutating_webhook_configuration::INFO,
+    kinds::validating_admission_policy::INFO,
+    kinds::validating_admission_policy_binding::INFO,
 ];
 
 const RBAC: &str = "rbac.authorization.k8s.io";

@@ -72,6 +72,29 @@ fn samples() -> Vec<(&'static str, &'static str, Value)> {
             json!({"spec": {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}}),
         ),
         ("ServiceCIDR", "/apis/networking.k8s.io/v1/servicecidrs", json!({"spec": {"cidrs": ["10.200.0.0/24"]}})),
+        (
+            "ValidatingWebhookConfiguration",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            json!({"webhooks": [{"name": "a.kaji.test", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": "https://hook.kaji.test/"}}]}),
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            json!({"webhooks": [{"name": "a.kaji.test", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": "https://hook.kaji.test/"}}]}),
+        ),
+        (
+            "ValidatingAdmissionPolicy",
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+            json!({"spec": {"matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": ["apps"],
+                "apiVersions": ["v1"], "resources": ["deployments"]}]}, "validations": [{"expression": "object.spec.replicas <= 100"}]}}),
+        ),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+            json!({"spec": {"policyName": "nothing-yet", "validationActions": ["Deny"]}}),
+        ),
     ]
 }
 

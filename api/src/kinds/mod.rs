@@ -28,6 +28,8 @@ pub mod runtime_class;
 pub mod service_cidr;
 #[cfg(test)]
 mod test_support;
+pub mod validating_admission_policy;
+pub mod validating_admission_policy_binding;
 pub mod validating_webhook_configuration;
 pub mod volume_attachment;
 pub mod volume_attributes_class;

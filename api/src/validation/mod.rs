@@ -16,6 +16,7 @@ pub(crate) mod names;
 pub(crate) mod pod;
 mod pod_template;
 mod pod_update;
+pub(crate) mod policy;
 pub(crate) mod quantity;
 mod quota;
 mod rbac;

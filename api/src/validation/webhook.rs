@@ -157,7 +157,7 @@ fn validate_review_versions(hook: &Value, p: &str, out: &mut Vec<Cause>) {
     }
 }
 
-fn validate_rule_with_operations(rule: &Value, p: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_rule_with_operations(rule: &Value, p: &str, out: &mut Vec<Cause>) {
     let ops = strs(rule, "operations");
     if ops.is_empty() {
         out.push(Cause::required(format!("{p}.operations"), ""));
@@ -323,7 +323,7 @@ fn validate_service(svc: &Value, p: &str, out: &mut Vec<Cause>) {
 
 /// `validateMatchConditions`: at most 64, unique qualified names, an expression each that
 /// compiles (`crate::webhook::conditions::check`).
-fn validate_match_conditions(hook: &Value, p: &str, out: &mut Vec<Cause>) {
+pub(crate) fn validate_match_conditions(hook: &Value, p: &str, out: &mut Vec<Cause>) {
     let conditions = arr(hook, "matchConditions");
     if conditions.len() > MAX_MATCH_CONDITIONS {
         out.push(Cause::too_many(p, conditions.len(), MAX_MATCH_CONDITIONS));
@@ -331,20 +331,20 @@ fn validate_match_conditions(hook: &Value, p: &str, out: &mut Vec<Cause>) {
     let mut names = BTreeSet::new();
     for (i, c) in conditions.iter().enumerate() {
         let cp = format!("{p}[{i}]");
+        let expression = st(c, "expression");
+        if expression.trim().is_empty() {
+            out.push(Cause::required(format!("{cp}.expression"), ""));
+        } else if let Err(e) = crate::webhook::conditions::check(expression.trim()) {
+            out.push(Cause::invalid(format!("{cp}.expression"), expression, &e));
+        }
         let name = st(c, "name");
         if name.is_empty() {
             out.push(Cause::required(format!("{cp}.name"), ""));
         } else {
             out.extend(qualified_name_errors(name).iter().map(|m| Cause::invalid(format!("{cp}.name"), name, m)));
-            if !names.insert(name) {
-                out.push(Cause::duplicate(format!("{cp}.name"), name));
-            }
         }
-        let expression = st(c, "expression");
-        if expression.is_empty() {
-            out.push(Cause::required(format!("{cp}.expression"), ""));
-        } else if let Err(e) = crate::webhook::conditions::check(expression) {
-            out.push(Cause::invalid(format!("{cp}.expression"), expression, &e));
+        if !name.is_empty() && !names.insert(name) {
+            out.push(Cause::duplicate(format!("{cp}.name"), name));
         }
     }
 }

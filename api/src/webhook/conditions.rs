@@ -25,23 +25,51 @@ pub fn check(expression: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A JSON value as CEL sees it: integers as `int` where they fit (Kubernetes' ints are int64),
+/// objects as maps.
+pub fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(std::sync::Arc::new(s.clone())),
+        Value::Array(a) => cel::Value::List(std::sync::Arc::new(a.iter().map(to_cel).collect())),
+        Value::Object(o) => {
+            let m: std::collections::HashMap<String, cel::Value> =
+                o.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            cel::Value::from(m)
+        }
+    }
+}
+
+/// Evaluates one expression; a compile error or runtime error is the error's text.
+pub fn run(expression: &str, ctx: &cel::Context<'_, '_>) -> Result<cel::Value, String> {
+    cel::Program::compile(expression)
+        .map_err(|e| format!("compilation failed: {e}"))
+        .and_then(|p| p.execute(ctx).map_err(|e| e.to_string()))
+}
+
 /// Evaluates the conditions (`name`, `expression` objects) in order: false excludes at once,
 /// errors are collected and reported only if none is false.
 pub fn evaluate(conditions: &[Value], object: &Value, old: &Value, request: &Value) -> Outcome {
     let mut ctx = cel::Context::default();
     for (name, v) in [("object", object), ("oldObject", old), ("request", request)] {
-        if let Err(e) = ctx.add_variable(name, v) {
-            return Outcome::Error(format!("{name}: {e}"));
-        }
+        ctx.add_variable_from_value(name, to_cel(v));
     }
+    evaluate_in(conditions, &ctx)
+}
+
+/// [`evaluate`] with the variables already bound (policies add `params` and `namespaceObject`).
+pub fn evaluate_in(conditions: &[Value], ctx: &cel::Context<'_, '_>) -> Outcome {
     let mut errors = Vec::new();
     for c in conditions {
         let name = c.get("name").and_then(Value::as_str).unwrap_or("");
         let expression = c.get("expression").and_then(Value::as_str).unwrap_or("");
-        let result = cel::Program::compile(expression)
-            .map_err(|e| format!("compilation failed: {e}"))
-            .and_then(|p| p.execute(&ctx).map_err(|e| e.to_string()));
-        match result {
+        match run(expression, ctx) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => return Outcome::Excluded(name.to_string()),
             Ok(other) => errors

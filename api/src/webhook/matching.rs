@@ -74,6 +74,19 @@ pub fn rule_matches(rule: &Value, a: &Attributes<'_>) -> bool {
         && resource
 }
 
+/// A policy's or binding's `MatchResources` rules: one of `resourceRules` matches (its
+/// `resourceNames`, when given, naming the object; no rules match everything) and none of
+/// `excludeResourceRules` does.
+pub fn resource_rules_match(m: &Value, a: &Attributes<'_>, name: &str) -> bool {
+    let named = |r: &Value| {
+        let names = strings(r, "resourceNames");
+        rule_matches(r, a) && (names.is_empty() || names.iter().any(|n| n == name))
+    };
+    let rules = |key: &str| m.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
+    let included = rules("resourceRules");
+    (included.is_empty() || included.iter().any(named)) && !rules("excludeResourceRules").iter().any(named)
+}
+
 fn labels(obj: Option<&Value>) -> Option<&Map<String, Value>> {
     obj.and_then(|o| o.pointer("/metadata/labels")).and_then(Value::as_object)
 }
@@ -195,6 +208,15 @@ mod tests {
         let labelled = json!({"metadata": {"name": "new", "labels": {"team": "a"}}});
         let ns = attrs("CREATE", "namespaces", "", "", Some(&labelled));
         assert_eq!(namespace_selector_matches(&hook, &ns, |_| None), Ok(Ok(true)));
+    }
+
+    #[test]
+    fn policy_rules_name_resources_and_exclude() {
+        let m = json!({"resourceRules": [{"operations": ["*"], "apiGroups": [""], "apiVersions": ["*"], "resources": ["configmaps"], "resourceNames": ["cfg"]}],
+            "excludeResourceRules": [{"operations": ["DELETE"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}]});
+        assert!(resource_rules_match(&m, &attrs("UPDATE", "configmaps", "", "ns", None), "cfg"));
+        assert!(!resource_rules_match(&m, &attrs("UPDATE", "configmaps", "", "ns", None), "other"));
+        assert!(!resource_rules_match(&m, &attrs("DELETE", "configmaps", "", "ns", None), "cfg"));
     }
 
     #[test]

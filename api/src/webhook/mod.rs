@@ -4,4 +4,5 @@
 
 pub mod conditions;
 pub mod matching;
+pub mod policy;
 pub mod review;

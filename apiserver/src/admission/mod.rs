@@ -11,6 +11,7 @@ pub mod lookup;
 pub mod node_labels;
 pub mod node_restriction;
 pub mod pod_security;
+pub mod policy;
 pub mod priority;
 pub mod resource_quota;
 pub mod runtime_class;
@@ -96,6 +97,8 @@ pub fn chain(enabled: &[Plugin], deps: &Deps) -> Arc<dyn Admission> {
     all.push(Arc::new(RbacEscalation { rbac: deps.rbac.clone(), authorizer: deps.authorizer.clone() }));
     // On by default, as in Kubernetes: MutatingAdmissionWebhook last of the mutating plugins,
     // ValidatingAdmissionWebhook just before ResourceQuota.
+    // ValidatingAdmissionPolicy, then the webhooks, as kube-apiserver orders them.
+    all.push(Arc::new(policy::ValidatingAdmissionPolicy::new(deps.cache.clone())));
     all.push(webhook::plugin(deps.cache.clone()));
     // On by default, as in Kubernetes; last, so a write another plugin refuses is never charged.
     all.push(Arc::new(resource_quota::ResourceQuotaAdmission { store: deps.store.clone() }));

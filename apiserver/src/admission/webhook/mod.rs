@@ -81,8 +81,7 @@ impl Webhooks {
     }
 
     fn namespace_labels(&self, name: &str) -> Option<Option<Map<String, Value>>> {
-        let info = kaji_api::resources::by_kind("Namespace")?;
-        let ns = self.cache.resource("Namespace")?.get(&info.key(None, name))?.value();
+        let ns = namespace_object(&self.cache, name)?;
         Some(ns.pointer("/metadata/labels").and_then(Value::as_object).cloned())
     }
 
@@ -140,6 +139,12 @@ fn meeting_conditions<'h>(
         }
     }
     Ok(out)
+}
+
+/// A namespace as the watch cache holds it.
+pub(crate) fn namespace_object(cache: &Cache, name: &str) -> Option<Value> {
+    let info = kaji_api::resources::by_kind("Namespace")?;
+    Some(cache.resource("Namespace")?.get(&info.key(None, name))?.value())
 }
 
 /// The request's kind (a subresource's own kind where it has one).
@@ -218,7 +223,7 @@ fn denied(d: review::Denial) -> ApiError {
     e
 }
 
-struct Prepared<'a> {
+pub(crate) struct Prepared<'a> {
     uid: String,
     kind: Gvk<'static>,
     extra: Map<String, Value>,
@@ -227,7 +232,7 @@ struct Prepared<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    fn new(req: &'a AdmissionRequest<'a>) -> Self {
+    pub(crate) fn new(req: &'a AdmissionRequest<'a>) -> Self {
         let extra = req.user.extra.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         Self {
             uid: uuid::Uuid::new_v4().to_string(),
@@ -238,7 +243,7 @@ impl<'a> Prepared<'a> {
         }
     }
 
-    fn review<'b>(&'b self, object: Option<&'b Value>) -> review::Request<'b> {
+    pub(crate) fn review<'b>(&'b self, object: Option<&'b Value>) -> review::Request<'b> {
         let r = self.req;
         let (object, old) = objects(r, object);
         review::Request {
@@ -269,7 +274,7 @@ fn objects<'a>(req: &'a AdmissionRequest<'a>, object: Option<&'a Value>) -> (Opt
     }
 }
 
-fn attributes<'a>(req: &'a AdmissionRequest<'a>, object: Option<&'a Value>) -> Option<Attributes<'a>> {
+pub(crate) fn attributes<'a>(req: &'a AdmissionRequest<'a>, object: Option<&'a Value>) -> Option<Attributes<'a>> {
     let r = req.resource;
     if matching::exempt(r.group, r.plural) {
         return None;
