@@ -11,6 +11,8 @@ pub mod openapi;
 pub mod path;
 pub mod pipeline;
 pub(crate) mod protobuf;
+pub mod proxy;
+mod proxy_rewrite;
 pub mod reviews;
 pub mod serve;
 pub mod table;
@@ -82,6 +84,12 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/namespaces/{ns}/pods/{name}/attach/", axum::routing::any(exec::serve_attach))
         .route("/api/v1/namespaces/{ns}/pods/{name}/portforward", axum::routing::any(exec::serve_portforward))
         .route("/api/v1/namespaces/{ns}/pods/{name}/portforward/", axum::routing::any(exec::serve_portforward))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/proxy", axum::routing::any(proxy::serve_pod))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/proxy/", axum::routing::any(proxy::serve_pod))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/proxy/{*rest}", axum::routing::any(proxy::serve_pod_path))
+        .route("/api/v1/namespaces/{ns}/services/{name}/proxy", axum::routing::any(proxy::serve_service))
+        .route("/api/v1/namespaces/{ns}/services/{name}/proxy/", axum::routing::any(proxy::serve_service))
+        .route("/api/v1/namespaces/{ns}/services/{name}/proxy/{*rest}", axum::routing::any(proxy::serve_service_path))
         .fallback(api)
         .layer(axum::middleware::from_fn_with_state(state.clone(), pipeline::filter))
         .with_state(state)
