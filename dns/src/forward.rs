@@ -51,6 +51,11 @@ pub struct Question<'a> {
 pub struct Forwarder {
     upstreams: Vec<Upstream>,
     timeout: Duration,
+    /// The runtime the TCP exchanges' background tasks run in: hickory keeps them in a JoinSet
+    /// that lives as long as a clone of this provider does, so it must outlive every exchange (a
+    /// provider made per question aborted the task before it sent anything: every question that
+    /// came over TCP was a SERVFAIL).
+    provider: TokioRuntimeProvider,
     /// Where the next question starts, so load spreads over the upstreams.
     next: AtomicUsize,
 }
@@ -74,7 +79,7 @@ impl Forwarder {
                     .exchange(),
             })
             .collect();
-        Forwarder { upstreams, timeout, next: AtomicUsize::new(0) }
+        Forwarder { upstreams, timeout, provider: TokioRuntimeProvider::default(), next: AtomicUsize::new(0) }
     }
 
     pub fn upstreams(&self) -> Vec<SocketAddr> {
@@ -115,7 +120,7 @@ impl Forwarder {
         let upstream = up.addr;
         let fail = |source| Error::Upstream { upstream, source };
         let mut responses = if q.tcp {
-            let tcp = TcpClientStream::exchange(up.addr, None, self.timeout, None, TokioRuntimeProvider::default())
+            let tcp = TcpClientStream::exchange(up.addr, None, self.timeout, None, self.provider.clone())
                 .await
                 .map_err(fail)?;
             tcp.send(request)

@@ -57,28 +57,58 @@ fn addresses(m: &Message) -> Vec<String> {
     v
 }
 
-/// A resolver for `example.test.` on loopback: `www.example.test A 192.0.2.1`, NXDOMAIN for the
-/// rest (what the upstream of a node would be).
+/// The upstream's answer to a question: `www.example.test A 192.0.2.1`, NXDOMAIN for the rest.
+fn upstream_answer(q: &Message) -> Option<Vec<u8>> {
+    let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
+    r.metadata.recursion_desired = q.metadata.recursion_desired;
+    r.metadata.recursion_available = true;
+    r.add_queries(q.queries.clone());
+    match q.queries.first() {
+        Some(query) if query.name().to_lowercase() == name("www.example.test.") => {
+            r.add_answer(Record::from_rdata(query.name().clone(), 60, RData::A(A::new(192, 0, 2, 1))));
+        }
+        _ => r.metadata.response_code = ResponseCode::NXDomain,
+    }
+    r.to_vec().ok()
+}
+
+/// A resolver for `example.test.` on loopback, over UDP and TCP on one port (what the upstream of
+/// a node would be).
 async fn upstream() -> anyhow::Result<SocketAddr> {
-    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    let (socket, listener) = loop {
+        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+        // The same port for TCP; another UDP port if that one is taken for TCP.
+        if let Ok(l) = tokio::net::TcpListener::bind(socket.local_addr()?).await {
+            break (socket, l);
+        }
+    };
     let addr = socket.local_addr()?;
     tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         while let Ok((n, from)) = socket.recv_from(&mut buf).await {
             let Ok(q) = Message::from_vec(&buf[..n]) else { continue };
-            let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
-            r.metadata.recursion_desired = q.metadata.recursion_desired;
-            r.metadata.recursion_available = true;
-            r.add_queries(q.queries.clone());
-            match q.queries.first() {
-                Some(query) if query.name().to_lowercase() == name("www.example.test.") => {
-                    r.add_answer(Record::from_rdata(query.name().clone(), 60, RData::A(A::new(192, 0, 2, 1))));
-                }
-                _ => r.metadata.response_code = ResponseCode::NXDomain,
-            }
-            if let Ok(bytes) = r.to_vec() {
+            if let Some(bytes) = upstream_answer(&q) {
                 let _ = socket.send_to(&bytes, from).await;
             }
+        }
+    });
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut len = [0u8; 2];
+                while conn.read_exact(&mut len).await.is_ok() {
+                    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    if conn.read_exact(&mut buf).await.is_err() {
+                        return;
+                    }
+                    let Some(bytes) = Message::from_vec(&buf).ok().as_ref().and_then(upstream_answer) else { return };
+                    let Ok(n) = u16::try_from(bytes.len()) else { return };
+                    if conn.write_all(&n.to_be_bytes()).await.is_err() || conn.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+            });
         }
     });
     Ok(addr)
@@ -160,6 +190,12 @@ async fn answers_services_from_the_api_and_forwards_the_rest() -> anyhow::Result
     let m = udp(server, "www.example.test.", RecordType::A).await?;
     assert_eq!((m.metadata.response_code, addresses(&m)), (ResponseCode::NoError, vec!["192.0.2.1".to_string()]));
     let m = udp(server, "nope.example.test.", RecordType::A).await?;
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+    // A question that came over TCP is forwarded over TCP (dig +tcp +search walks the search
+    // domains through here: a SERVFAIL on one ends its walk).
+    let m = tcp(server, "www.example.test.", RecordType::A).await?;
+    assert_eq!((m.metadata.response_code, addresses(&m)), (ResponseCode::NoError, vec!["192.0.2.1".to_string()]));
+    let m = tcp(server, "nope.example.test.", RecordType::A).await?;
     assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
 
     // A headless Service with 60 ready endpoints: more than 512 bytes of answers.
