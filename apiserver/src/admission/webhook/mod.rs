@@ -188,11 +188,28 @@ fn call(
     }
 }
 
-/// Runs `fut` to completion from the synchronous write path (which already runs on a worker
-/// thread that may block, as the store does).
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::block_in_place(|| handle.block_on(fut))
+/// Runs `fut` to completion from the synchronous write path: on a worker of the multi-threaded
+/// runtime (the apiserver's), which may block as the store does; anywhere else (a thread without
+/// a runtime, a current-thread runtime) on a thread and runtime of its own.
+fn block_on<F>(fut: F) -> Result<F::Output, String>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            Ok(tokio::task::block_in_place(|| handle.block_on(fut)))
+        }
+        _ => std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                rt.map(|rt| rt.block_on(fut)).map_err(|e| format!("cannot start a runtime to call webhooks: {e}"))
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        }),
+    }
 }
 
 fn failed(hook: &Hook, reason: &str) -> ApiError {
@@ -309,7 +326,7 @@ impl Admission for Webhooks {
         drop(snapshot);
         for hook in hooks {
             let current = object.as_deref().cloned();
-            let verdict = block_on(call(&self.cache, hook, &prepared.review(current.as_ref()), true));
+            let verdict = block_on(call(&self.cache, hook, &prepared.review(current.as_ref()), true)).and_then(|v| v);
             match verdict {
                 Err(reason) if ignores_failure(hook) => {
                     tracing::warn!(webhook = %hook.name, error = %reason, "failed calling webhook, failing open");
@@ -343,7 +360,10 @@ impl Admission for Webhooks {
         }
         let review = prepared.review(object);
         let calls: Vec<_> = hooks.iter().map(|h| call(&self.cache, h, &review, false)).collect();
-        let verdicts = block_on(futures::future::join_all(calls));
+        let verdicts = match block_on(futures::future::join_all(calls)) {
+            Ok(v) => v,
+            Err(e) => hooks.iter().map(|_| Err(e.clone())).collect(),
+        };
         for (hook, verdict) in hooks.iter().zip(verdicts) {
             match verdict {
                 Err(reason) if ignores_failure(hook) => {
@@ -376,4 +396,36 @@ fn apply_patch(hook: &Hook, kind: &str, obj: &mut Value, ops: Value) -> ApiResul
 /// Both plugins are one object: the configurations are read once for both phases.
 pub fn plugin(cache: Arc<Cache>) -> Arc<Webhooks> {
     Arc::new(Webhooks::new(cache))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block_on;
+
+    #[test]
+    fn calls_complete_without_a_runtime() {
+        assert_eq!(block_on(async { 1 }), Ok(1));
+    }
+
+    #[tokio::test]
+    async fn calls_complete_in_a_current_thread_runtime() {
+        assert_eq!(
+            block_on(async {
+                tokio::task::yield_now().await;
+                2
+            }),
+            Ok(2)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_complete_on_a_worker_of_the_apiservers_runtime() {
+        assert_eq!(
+            block_on(async {
+                tokio::task::yield_now().await;
+                3
+            }),
+            Ok(3)
+        );
+    }
 }
