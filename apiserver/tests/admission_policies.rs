@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{send_json as send, started, ApiServer, Kubectl};
+use common::{eventually, send_json as send, started, ApiServer, Kubectl};
 use serde_json::{json, Value};
 
 const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
@@ -19,6 +19,19 @@ fn created(s: &ApiServer, path: &str, body: Value) -> Value {
     let (code, v) = post(s, path, body);
     assert_eq!(code, 201, "{path}: {v}");
     v
+}
+
+/// POSTs `body` until the answer has `code`: bindings, policies and their parameters take effect
+/// once the watch cache holds them (as in Kubernetes); what got created meanwhile is deleted.
+fn until(s: &ApiServer, path: &str, body: Value, code: u16) -> Value {
+    let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+    eventually(&format!("POST {path} ({name}) to answer {code}"), || {
+        let (got, v) = post(s, path, body.clone());
+        if got == 201 {
+            send(s, "DELETE", &format!("{path}/{name}"), None, "application/json");
+        }
+        (got == code).then_some(v)
+    })
 }
 
 fn configmap_rules() -> Value {
@@ -49,8 +62,8 @@ fn a_deny_binding_refuses_what_the_policy_rejects() {
         BINDINGS,
         json!({"metadata": {"name": "owner-everywhere"}, "spec": {"policyName": "owner", "validationActions": ["Deny"]}}),
     );
-    let (code, body) = post(&s, path, cm("orphan", json!({})));
-    assert_eq!((code, &body["reason"]), (422, &json!("Invalid")), "{body}");
+    let body = until(&s, path, cm("orphan", json!({})), 422);
+    assert_eq!(body["reason"], "Invalid", "{body}");
     assert_eq!(
         body["message"],
         "configmaps \"orphan\" is forbidden: ValidatingAdmissionPolicy 'owner' with binding 'owner-everywhere' denied request: configmap orphan has no owner"
@@ -92,8 +105,7 @@ fn parameters_and_match_resources_come_from_the_binding() {
         "matchResources": {"namespaceSelector": {"matchLabels": {"tier": "limited"}}}}}),
     );
     let three = json!({"a": "1", "b": "2", "c": "3"});
-    let (code, body) = post(&s, "/api/v1/namespaces/limited/configmaps", cm("big", three.clone()));
-    assert_eq!(code, 422, "{body}");
+    let body = until(&s, "/api/v1/namespaces/limited/configmaps", cm("big", three.clone()), 422);
     assert!(body["message"].as_str().unwrap_or("").ends_with("denied request: at most 2 keys"), "{body}");
     assert_eq!(
         post(&s, "/api/v1/namespaces/free/configmaps", cm("big", three)).0,
@@ -103,8 +115,7 @@ fn parameters_and_match_resources_come_from_the_binding() {
     assert_eq!(post(&s, "/api/v1/namespaces/limited/configmaps", cm("small", json!({"a": "1"}))).0, 201);
     // Without its parameter object the binding denies (parameterNotFoundAction: Deny).
     assert_eq!(send(&s, "DELETE", "/api/v1/namespaces/limited/configmaps/limits", None, "application/json").0, 200);
-    let (code, body) = post(&s, "/api/v1/namespaces/limited/configmaps", cm("any", json!({})));
-    assert_eq!(code, 422, "{body}");
+    let body = until(&s, "/api/v1/namespaces/limited/configmaps", cm("any", json!({})), 422);
     assert!(
         body["message"]
             .as_str()
@@ -129,9 +140,16 @@ fn a_warn_binding_admits_and_warns() {
         json!({"metadata": {"name": "warn"}, "spec": {"policyName": "labelled", "validationActions": ["Warn"]}}),
     );
     let k = Kubectl::new(&s);
-    let out = k.run(&["create", "configmap", "plain", "-n", "default"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = eventually("kubectl to print the binding's warning", || {
+        let out = k.run(&["create", "configmap", "plain", "-n", "default"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        if !stderr.contains("Warning: ") {
+            k.ok(&["delete", "configmap", "plain", "-n", "default"]);
+            return None;
+        }
+        Some(stderr)
+    });
     assert!(
         stderr.contains("Warning: Validation failed for ValidatingAdmissionPolicy 'labelled' with binding 'warn': label your configmaps"),
         "{stderr}"

@@ -12,7 +12,7 @@ use axum::routing::post;
 use axum::Router;
 use base64::Engine as _;
 use common::tokens::TokenApi;
-use common::{send_json as send, started, ApiServer};
+use common::{eventually, send_json as send, started, ApiServer};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -102,6 +102,19 @@ fn register(s: &ApiServer, collection: &str, name: &str, hooks: Vec<Value>) {
     assert_eq!(code, 201, "{body}");
 }
 
+/// POSTs `body` until the answer has `code`: configurations take effect once the watch cache
+/// holds them (as in Kubernetes); what got created meanwhile is deleted before the next try.
+fn until(s: &ApiServer, path: &str, body: Value, code: u16) -> Value {
+    let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+    eventually(&format!("POST {path} ({name}) to answer {code}"), || {
+        let (got, v) = post_json(s, path, body.clone());
+        if got == 201 {
+            send(s, "DELETE", &format!("{path}/{name}"), None, "application/json");
+        }
+        (got == code).then_some(v)
+    })
+}
+
 fn configmap(ns: &str, name: &str, data: Value) -> (String, Value) {
     (format!("/api/v1/namespaces/{ns}/configmaps"), json!({"metadata": {"name": name}, "data": data}))
 }
@@ -112,8 +125,7 @@ fn a_validating_webhook_refuses_what_it_denies_and_sees_the_request() {
     let hooks = webhook_server();
     register(&s, VALIDATING, "deny-keys", vec![hooks.hook("deny.kaji.test", "deny", json!({}))]);
     let (path, cm) = configmap("default", "refused", json!({"deny": "1"}));
-    let (code, body) = post_json(&s, &path, cm);
-    assert_eq!(code, 403, "{body}");
+    let body = until(&s, &path, cm, 403);
     assert_eq!(
         body["message"],
         "admission webhook \"deny.kaji.test\" denied the request: the object carries a deny key"
@@ -142,8 +154,16 @@ fn a_mutating_webhook_patch_is_stored_and_validated_after() {
     let hooks = webhook_server();
     register(&s, MUTATING, "add-key", vec![hooks.hook("mutate.kaji.test", "mutate", json!({}))]);
     let (path, cm) = configmap("default", "patched", json!({"a": "1"}));
-    let (code, made) = post_json(&s, &path, cm);
-    assert_eq!((code, &made["data"]), (201, &json!({"a": "1", "mutated": "yes"})), "{made}");
+    let made = eventually("the mutating webhook to take effect", || {
+        let (code, made) = post_json(&s, &path, cm.clone());
+        assert_eq!(code, 201, "{made}");
+        if made["data"].get("mutated").is_none() {
+            send(&s, "DELETE", &format!("{path}/patched"), None, "application/json");
+            return None;
+        }
+        Some(made)
+    });
+    assert_eq!(made["data"], json!({"a": "1", "mutated": "yes"}), "{made}");
     // An update is sent too; a dry run is sent as one and stores nothing.
     let (code, dry) = send(
         &s,
@@ -182,11 +202,12 @@ fn failure_policy_decides_for_an_unreachable_webhook() {
         "unreachable",
         vec![unreachable("open.kaji.test", "Ignore", "open"), unreachable("closed.kaji.test", "Fail", "closed")],
     );
-    let (path, cm) = configmap("open", "a", json!({}));
-    assert_eq!(post_json(&s, &path, cm).0, 201, "failurePolicy Ignore admits");
     let (path, cm) = configmap("closed", "a", json!({}));
-    let (code, body) = post_json(&s, &path, cm);
-    assert_eq!((code, &body["reason"]), (500, &json!("InternalError")), "{body}");
+    let body = until(&s, &path, cm, 500);
+    assert_eq!(body["reason"], "InternalError", "{body}");
+    // In effect now: the failurePolicy Ignore webhook lets its namespace's writes through.
+    let (open_path, open_cm) = configmap("open", "a", json!({}));
+    assert_eq!(post_json(&s, &open_path, open_cm).0, 201, "failurePolicy Ignore admits");
     let msg = body["message"].as_str().unwrap_or("");
     assert!(
         msg.starts_with(
@@ -209,7 +230,7 @@ fn webhook_configurations_are_never_sent_to_webhooks() {
     everything["clientConfig"]["url"] = json!("https://127.0.0.1:1/nowhere");
     register(&s, VALIDATING, "lockout", vec![everything]);
     let (path, cm) = configmap("default", "a", json!({}));
-    assert_eq!(post_json(&s, &path, cm).0, 500, "the fail-closed webhook covers configmaps");
+    until(&s, &path, cm, 500); // the fail-closed webhook covers configmaps
     let (code, body) = send(&s, "DELETE", &format!("{VALIDATING}/lockout"), None, "application/json");
     assert_eq!(code, 200, "{body}");
     assert!(hooks.reviews().is_empty());
@@ -260,14 +281,14 @@ fn match_conditions_choose_the_requests_a_webhook_sees() {
             hooks.hook("broken.kaji.test", "allow", failing),
         ],
     );
+    let (path, cm) = configmap("default", "other", json!({"deny": "1"}));
+    until(&s, &path, cm, 403);
     let (path, cm) = configmap("default", "skip-me", json!({"deny": "1"}));
     assert_eq!(post_json(&s, &path, cm).0, 201, "a false condition skips the webhook");
-    let (path, cm) = configmap("default", "other", json!({"deny": "1"}));
-    assert_eq!(post_json(&s, &path, cm).0, 403);
     assert_eq!(post_json(&s, "/api/v1/namespaces", json!({"metadata": {"name": "strict"}})).0, 201);
     let (path, cm) = configmap("strict", "a", json!({}));
-    let (code, body) = post_json(&s, &path, cm);
-    assert_eq!((code, &body["reason"]), (403, &json!("Forbidden")), "{body}");
+    let body = until(&s, &path, cm, 403); // once the watch cache holds the new namespace
+    assert_eq!(body["reason"], "Forbidden", "{body}");
     let msg = body["message"].as_str().unwrap_or("");
     assert!(msg.starts_with("configmaps \"a\" is forbidden: matchCondition 'broken': "), "{msg}");
     // An expression that does not compile is refused with the API's message.

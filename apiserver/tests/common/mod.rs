@@ -299,3 +299,18 @@ pub fn next_event(r: &mut BufReader<TcpStream>) -> Option<serde_json::Value> {
         }
     }
 }
+
+/// Polls `attempt` until it returns `Some`, for at most 30 s (then the test fails naming `what`).
+/// For what takes effect once the apiserver's watch cache holds an object (admission webhook
+/// configurations, policies and their parameters), as in Kubernetes, where the conformance suite
+/// waits the same way.
+pub fn eventually<T>(what: &str, mut attempt: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(v) = attempt() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
