@@ -5,6 +5,7 @@ pub mod agent_client;
 pub mod audit;
 pub mod auth;
 pub mod cache;
+pub mod endpoints;
 pub mod event_ttl;
 pub mod fieldmanager;
 pub mod http;

@@ -7,7 +7,7 @@
 mod common;
 
 use common::tokens::TokenApi;
-use common::{send_json as send, started};
+use common::{eventually, send_json as send, started};
 use serde_json::json;
 
 #[test]
@@ -41,6 +41,13 @@ fn addresses_that_are_not_a_pods_are_never_proxied() {
         "application/json",
     );
     assert_eq!(code, 201, "{body}");
+    // Lists are served from the watch cache the proxy reads: once the slice is listed, a 503 is
+    // its endpoints refused, not a slice the proxy has not seen yet.
+    eventually("the forged slice in the watch cache", || {
+        let (_, list) =
+            send(&s, "GET", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", None, "application/json");
+        list["items"].as_array().is_some_and(|i| i.iter().any(|x| x["metadata"]["name"] == "web-forged")).then_some(())
+    });
     let (code, body) = send(&s, "GET", "/api/v1/namespaces/default/services/web:http/proxy/", None, "application/json");
     assert_eq!((code, &body["message"]), (503, &json!("no endpoints available for service \"web\"")), "{body}");
     let (code, body) = send(&s, "GET", "/api/v1/namespaces/default/services/web:81/proxy/", None, "application/json");

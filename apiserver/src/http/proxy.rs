@@ -15,7 +15,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
-use kaji_api::selector::{FieldSelector, LabelSelector};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -184,65 +183,32 @@ fn service_address(s: &Shared, ns: &str, name: &str, port: &str) -> ApiResult<So
     let mut port_name = port.to_string();
     if let Ok(number) = port.parse::<u64>() {
         let svc = s.registry.get(kaji_api::resources::by_kind("Service").expect("served"), Some(ns), name)?;
-        port_name = svc
-            .pointer("/spec/ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|p| p.get("port").and_then(Value::as_u64) == Some(number))
-            .map(|p| p.get("name").and_then(Value::as_str).unwrap_or("").to_string())
+        port_name = crate::endpoints::port_name(&svc, number)
             .ok_or_else(|| unavailable(format!("no service port {number} found for service {name:?}")))?;
     }
-    let slices =
-        s.cache.resource("EndpointSlice").ok_or_else(|| ApiError::internal("endpointslices are not cached"))?;
-    let selector = LabelSelector::parse(&format!("kubernetes.io/service-name={name}"))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let listed = slices.list(Some(ns), &selector, &FieldSelector::default(), None, None, 0);
     let pods = kaji_api::resources::by_kind("Pod").expect("served");
-    let mut candidates = Vec::new();
-    for slice in listed.items.iter().map(|o| o.value()) {
-        let Some(p) = slice
-            .get("ports")
+    // Only addresses of the pod the endpoint names (isValidAddress).
+    let owned = |addr: &SocketAddr, ep: &Value| {
+        if ep.pointer("/targetRef/kind").and_then(Value::as_str) != Some("Pod") {
+            return false;
+        }
+        let pod_ns = ep.pointer("/targetRef/namespace").and_then(Value::as_str).unwrap_or(ns);
+        let pod_name = ep.pointer("/targetRef/name").and_then(Value::as_str).unwrap_or("");
+        let Ok(pod) = s.registry.get(pods, Some(pod_ns), pod_name) else { return false };
+        pod.pointer("/status/podIPs")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
-            .and_then(|p| p.get("port").and_then(Value::as_u64))
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for ep in slice.get("endpoints").and_then(Value::as_array).into_iter().flatten() {
-            if ep.pointer("/conditions/ready").and_then(Value::as_bool) == Some(false) {
-                continue;
-            }
-            let Some(ip) = ep.pointer("/addresses/0").and_then(Value::as_str).and_then(|a| a.parse::<IpAddr>().ok())
-            else {
-                continue;
-            };
-            // Only addresses that are the pod's the endpoint names (isValidAddress).
-            let (kind, pod_ns, pod_name) = (
-                ep.pointer("/targetRef/kind").and_then(Value::as_str).unwrap_or(""),
-                ep.pointer("/targetRef/namespace").and_then(Value::as_str).unwrap_or(ns),
-                ep.pointer("/targetRef/name").and_then(Value::as_str).unwrap_or(""),
-            );
-            if kind != "Pod" {
-                continue;
-            }
-            let Ok(pod) = s.registry.get(pods, Some(pod_ns), pod_name) else { continue };
-            let owns = pod
-                .pointer("/status/podIPs")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p.get("ip").and_then(Value::as_str))
-                .chain(pod.pointer("/status/podIP").and_then(Value::as_str))
-                .any(|a| a.parse::<IpAddr>().ok() == Some(ip));
-            if owns {
-                candidates.push(SocketAddr::new(ip, p));
-            }
-        }
-    }
+            .filter_map(|p| p.get("ip").and_then(Value::as_str))
+            .chain(pod.pointer("/status/podIP").and_then(Value::as_str))
+            .any(|a| a.parse::<IpAddr>().ok() == Some(addr.ip()))
+    };
+    let candidates: Vec<SocketAddr> = crate::endpoints::ready(&s.cache, ns, name, &port_name)
+        .map_err(ApiError::internal)?
+        .into_iter()
+        .filter(|(addr, ep)| owned(addr, ep))
+        .map(|(addr, _)| addr)
+        .collect();
     if candidates.is_empty() {
         return Err(unavailable(format!("no endpoints available for service {name:?}")));
     }

@@ -8,7 +8,6 @@ use base64::Engine as _;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use kaji_api::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -78,39 +77,12 @@ fn resolve_service(cache: &Cache, ns: &str, name: &str, port: u16) -> Result<Soc
     let services = cache.resource("Service").ok_or("services are not cached")?;
     let info = kaji_api::resources::by_kind("Service").ok_or("services are not served")?;
     let svc = services.get(&info.key(Some(ns), name)).ok_or_else(|| format!("service \"{name}\" not found"))?.value();
-    let svc_port = svc
-        .pointer("/spec/ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|p| p.get("port").and_then(Value::as_u64) == Some(u64::from(port)))
+    let port_name = crate::endpoints::port_name(&svc, u64::from(port))
         .ok_or_else(|| format!("no service port {port} found for service \"{name}\""))?;
-    let port_name = svc_port.get("name").and_then(Value::as_str).unwrap_or("");
-    let slices = cache.resource("EndpointSlice").ok_or("endpointslices are not cached")?;
-    let selector = LabelSelector::parse(&format!("kubernetes.io/service-name={name}")).map_err(|e| e.to_string())?;
-    let listed = slices.list(Some(ns), &selector, &FieldSelector::default(), None, None, 0);
-    for slice in listed.items.iter().map(|o| o.value()) {
-        let Some(p) = slice
-            .get("ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
-            .and_then(|p| p.get("port").and_then(Value::as_u64))
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for ep in slice.get("endpoints").and_then(Value::as_array).into_iter().flatten() {
-            if ep.pointer("/conditions/ready").and_then(Value::as_bool) == Some(false) {
-                continue;
-            }
-            if let Some(ip) = ep.pointer("/addresses/0").and_then(Value::as_str).and_then(|a| a.parse().ok()) {
-                return Ok(SocketAddr::new(ip, p));
-            }
-        }
-    }
-    Err(format!("service \"{name}\" has no ready endpoint for port {port}"))
+    crate::endpoints::ready(cache, ns, name, &port_name)?
+        .first()
+        .map(|(addr, _)| *addr)
+        .ok_or_else(|| format!("service \"{name}\" has no ready endpoint for port {port}"))
 }
 
 /// The roots a webhook's certificate must chain to.
